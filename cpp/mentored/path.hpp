@@ -1,0 +1,309 @@
+// The divergence-independent structure of mentored decoding (MATH.md §3–4).
+//
+// For one row (target p, drafter q) every optimum of
+//     MD(f, ε):  max Σ min(π_i, q_i)  s.t.  D_f(π‖p) ≤ ε,  π in the simplex
+// lies on one curve s ↦ π(s), s = TV(π, p):
+//     π_i(s) = p_i · clip(q_i/p_i, t_lo(s), t_hi(s))          (p_i > 0)
+//     π_i(s) = q_i · max(0, s − D_up) / Q0                     (p_i = 0, continuation)
+// with Down(t_lo) = Up(t_hi) = s. Sorting the ratios r = q/p once makes Down and Up piecewise
+// affine with known breakpoints (proofs/README.md, "piecewise-linear inversion"), so
+//     thresholds at s: O(log n);  π(s): O(n);  D_f(π(s)‖p) from suffix sums: O(1) per segment.
+// The largest s with D_f(π(s)‖p) ≤ ε is found by a binary search over segment starts (D is
+// nondecreasing in s: proofs, "monotonicity") and a bisection inside the segment found.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "generators.hpp"
+
+namespace mentored {
+
+enum class Status : int {
+  ok = 0,
+  zero_row = 1,     // a row of p or q sums to zero
+  bad_value = 2,    // NaN, ±inf or a negative entry
+  unreachable = 3,  // requested acceptance exceeds the end of the curve
+};
+
+// Suffix sums of p_j f(r_j) along each sorted side: the one divergence-dependent table.
+struct Table {
+  std::vector<double> lower;  // lower[k] = Σ_{j≥k} p_j f(r_j) over the ascending lower side
+  std::vector<double> upper;  // upper[m] = Σ_{j≥m} p_j f(r_j) over the descending upper side
+  double f_inf = kInf;
+};
+
+// A point of the curve: s, its thresholds, and the segment it lies on.
+struct Point {
+  double s = 0.0;
+  double t_lo = 1.0;
+  double t_hi = 1.0;
+  std::size_t segment = 0;
+};
+
+class Path {
+ public:
+  // Build the structure from one row; p and q are normalised to sum 1 in float64.
+  template <class T>
+  Status build(const T* p, const T* q, std::size_t n);
+
+  std::size_t size() const { return p_.size(); }
+  double tv() const { return tv_; }        // TV(p, q) = Down(0)
+  double d_up() const { return d_up_; }    // Up(∞) = TV(p, q) − Q0
+  double q0() const { return q0_; }        // drafter mass where the target is zero
+  double s_end() const { return s_end_; }  // end of the curve, continuation included
+  // The last s of finite divergence: the continuation onto {p = 0} costs f∞ per unit.
+  double s_max(double f_inf) const { return std::isinf(f_inf) ? std::min(s_end_, d_up_) : s_end_; }
+
+  Point at(double s) const;
+
+  // π(s) in the original token order; returns Σ min(π_i, q_i) accumulated in float64.
+  template <class T>
+  double build_pi(const Point& x, T* out) const;
+
+  template <class F>
+  void tabulate(const F& f, Table& tab) const;
+
+  // D_f(π(s)‖p) at a point (O(1)).
+  template <class F>
+  double divergence(const Table& tab, const F& f, const Point& x) const {
+    return divergence_on(tab, f, x.segment, x.s);
+  }
+
+  // The largest s ≤ s_max(f∞) with D_f(π(s)‖p) ≤ budget.
+  template <class F>
+  Point solve_budget(const Table& tab, const F& f, double budget) const;
+
+ private:
+  struct Segment {
+    double start;   // s where the segment starts
+    std::size_t k;  // lower tokens clipped at t_lo (the first k of the ascending side)
+    std::size_t m;  // upper tokens clipped at t_hi (the first m of the descending side); 0: t_hi = ∞
+  };
+
+  double t_lo_on(const Segment& g, double s) const;
+  double t_hi_on(const Segment& g, double s) const;
+  Point point_on(std::size_t j, double s) const;
+  template <class F>
+  double divergence_on(const Table& tab, const F& f, std::size_t j, double s) const;
+
+  std::vector<double> p_, q_;  // the normalised row
+  // Lower side {p > 0, r < 1} ascending, upper side {p > 0, r > 1} descending; prefix sums have
+  // one more entry than the side: P[k] = Σ_{j<k} p_j.
+  std::vector<double> r_lo_, p_lo_, P_lo_, Q_lo_;
+  std::vector<double> r_hi_, p_hi_, P_hi_, Q_hi_;
+  std::vector<Segment> segments_;
+  double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
+  std::vector<std::size_t> order_;  // scratch for the sort
+};
+
+// ---------------------------------------------------------------------------------------------
+
+template <class T>
+Status Path::build(const T* p, const T* q, std::size_t n) {
+  double sp = 0.0, sq = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
+    if (!(a >= 0.0) || !(b >= 0.0) || std::isinf(a) || std::isinf(b)) return Status::bad_value;
+    sp += a;
+    sq += b;
+  }
+  if (!(sp > 0.0) || !(sq > 0.0)) return Status::zero_row;
+
+  p_.resize(n);
+  q_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p_[i] = static_cast<double>(p[i]) / sp;
+    q_[i] = static_cast<double>(q[i]) / sq;
+  }
+
+  // Split by side; ratios are compared as q_i vs p_i, so no ratio is formed for the split.
+  order_.clear();
+  std::size_t n_hi = 0;
+  q0_ = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p_[i] == 0.0) {
+      q0_ += q_[i];
+    } else if (q_[i] < p_[i]) {
+      order_.push_back(i);
+    }
+  }
+  const std::size_t n_lo = order_.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (p_[i] > 0.0 && q_[i] > p_[i]) order_.push_back(i);
+  n_hi = order_.size() - n_lo;
+
+  auto ratio = [this](std::size_t i) { return q_[i] / p_[i]; };
+  // Ties are broken by index so that the structure is a function of the row alone.
+  std::sort(order_.begin(), order_.begin() + n_lo, [&](std::size_t a, std::size_t b) {
+    const double ra = ratio(a), rb = ratio(b);
+    return ra < rb || (ra == rb && a < b);
+  });
+  std::sort(order_.begin() + n_lo, order_.end(), [&](std::size_t a, std::size_t b) {
+    const double ra = ratio(a), rb = ratio(b);
+    return ra > rb || (ra == rb && a < b);
+  });
+
+  auto fill = [&](std::size_t from, std::size_t count, std::vector<double>& r, std::vector<double>& pv,
+                  std::vector<double>& P, std::vector<double>& Q) {
+    r.resize(count);
+    pv.resize(count);
+    P.assign(count + 1, 0.0);
+    Q.assign(count + 1, 0.0);
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t i = order_[from + j];
+      r[j] = ratio(i);
+      pv[j] = p_[i];
+      P[j + 1] = P[j] + p_[i];
+      Q[j + 1] = Q[j] + q_[i];
+    }
+  };
+  fill(0, n_lo, r_lo_, p_lo_, P_lo_, Q_lo_);
+  fill(n_lo, n_hi, r_hi_, p_hi_, P_hi_, Q_hi_);
+
+  tv_ = P_lo_[n_lo] - Q_lo_[n_lo];
+  d_up_ = Q_hi_[n_hi] - P_hi_[n_hi];
+  // Rounding can leave tv_ ≠ d_up_ + q0_ by a few ulps; the curve stops at the smaller end.
+  s_end_ = q0_ > 0.0 ? tv_ : std::min(tv_, d_up_);
+  if (n_hi == 0 && q0_ == 0.0) s_end_ = 0.0;
+  if (n_lo == 0) s_end_ = 0.0;
+
+  // Segment starts: Down(r_k) for the lower side, Up(r_m) for the upper side, then D_up where the
+  // continuation begins. Both lists are already ascending in s; merge them.
+  segments_.clear();
+  std::size_t k = n_lo, m = n_hi;
+  segments_.push_back({0.0, k, m});
+  auto s_lo = [&](std::size_t kk) {  // Down at the kk-th ascending ratio (1-based)
+    return tv_ - (r_lo_[kk - 1] * P_lo_[kk - 1] - Q_lo_[kk - 1]);
+  };
+  auto s_hi = [&](std::size_t mm) {  // Up at the mm-th descending ratio (1-based)
+    return d_up_ - (Q_hi_[mm - 1] - r_hi_[mm - 1] * P_hi_[mm - 1]);
+  };
+  while (k > 1 || m > 1 || (m == 1 && s_end_ > d_up_)) {
+    const double a = k > 1 ? s_lo(k) : kInf;
+    double b = kInf;
+    if (m > 1) b = s_hi(m);
+    else if (m == 1 && s_end_ > d_up_) b = d_up_;
+    if (a <= b) {
+      --k;
+      segments_.push_back({std::min(a, s_end_), k, m});
+    } else {
+      --m;
+      segments_.push_back({std::min(b, s_end_), k, m});
+    }
+  }
+  return Status::ok;
+}
+
+inline double Path::t_lo_on(const Segment& g, double s) const {
+  if (g.k == 0) return 1.0;
+  const double t = (tv_ - s + Q_lo_[g.k]) / P_lo_[g.k];
+  const double lo = r_lo_[g.k - 1];
+  const double hi = g.k < r_lo_.size() ? r_lo_[g.k] : 1.0;
+  return std::min(std::max(t, lo), hi);
+}
+
+inline double Path::t_hi_on(const Segment& g, double s) const {
+  if (g.m == 0) return r_hi_.empty() && q0_ == 0.0 ? 1.0 : kInf;
+  const double t = (Q_hi_[g.m] - (d_up_ - s)) / P_hi_[g.m];
+  const double lo = g.m < r_hi_.size() ? r_hi_[g.m] : 1.0;
+  const double hi = r_hi_[g.m - 1];
+  return std::min(std::max(t, lo), hi);
+}
+
+inline Point Path::point_on(std::size_t j, double s) const {
+  Point x;
+  x.s = s;
+  x.segment = j;
+  if (s <= 0.0) return x;  // π = p: both thresholds at 1
+  x.t_lo = t_lo_on(segments_[j], s);
+  x.t_hi = t_hi_on(segments_[j], s);
+  return x;
+}
+
+inline Point Path::at(double s) const {
+  s = std::min(std::max(s, 0.0), s_end_);
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), s,
+                             [](double v, const Segment& g) { return v < g.start; });
+  return point_on(static_cast<std::size_t>(it - segments_.begin()) - 1, s);
+}
+
+template <class T>
+double Path::build_pi(const Point& x, T* out) const {
+  const double z = x.s > d_up_ && q0_ > 0.0 ? (x.s - d_up_) / q0_ : 0.0;
+  double accepted = 0.0;
+  for (std::size_t i = 0; i < p_.size(); ++i) {
+    double v;
+    if (p_[i] == 0.0) {
+      v = q_[i] * std::min(z, 1.0);
+    } else {
+      // p·clip(q/p, t_lo, t_hi), compared without forming q/p.
+      const double lo = x.t_lo * p_[i], hi = x.t_hi * p_[i];
+      v = q_[i] < lo ? lo : (q_[i] > hi ? hi : q_[i]);
+    }
+    accepted += std::min(v, q_[i]);
+    out[i] = static_cast<T>(v);
+  }
+  return accepted;
+}
+
+template <class F>
+void Path::tabulate(const F& f, Table& tab) const {
+  tab.f_inf = f.f_inf;
+  auto suffix = [&](const std::vector<double>& r, const std::vector<double>& pv, std::vector<double>& out) {
+    out.assign(r.size() + 1, 0.0);
+    for (std::size_t j = r.size(); j-- > 0;) out[j] = out[j + 1] + pv[j] * f(r[j]);
+  };
+  suffix(r_lo_, p_lo_, tab.lower);
+  suffix(r_hi_, p_hi_, tab.upper);
+}
+
+template <class F>
+double Path::divergence_on(const Table& tab, const F& f, std::size_t j, double s) const {
+  if (s <= 0.0) return 0.0;
+  const Segment& g = segments_[j];
+  double d = 0.0;
+  if (g.k > 0) d += P_lo_[g.k] * f(t_lo_on(g, s)) + tab.lower[g.k];
+  if (g.m > 0) {
+    d += P_hi_[g.m] * f(t_hi_on(g, s)) + tab.upper[g.m];
+  } else {
+    d += tab.upper.empty() ? 0.0 : tab.upper[0];
+    if (s > d_up_) d += tab.f_inf * (s - d_up_);
+  }
+  return d;
+}
+
+template <class F>
+Point Path::solve_budget(const Table& tab, const F& f, double budget) const {
+  const double s_max = this->s_max(tab.f_inf);
+  const Point end = at(s_max);
+  if (divergence(tab, f, end) <= budget) return end;
+
+  // Segments starting before s_max, and the last of them whose start is still within budget.
+  std::size_t count = static_cast<std::size_t>(
+      std::upper_bound(segments_.begin(), segments_.end(), s_max,
+                       [](double v, const Segment& g) { return v < g.start; }) -
+      segments_.begin());
+  std::size_t lo = 0, hi = count;  // D(start[lo]) ≤ budget; answer segment in [lo, hi)
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (divergence_on(tab, f, mid, segments_[mid].start) <= budget) lo = mid;
+    else hi = mid;
+  }
+  // Bisection inside the segment: D is continuous and nondecreasing there.
+  double a = segments_[lo].start;
+  double b = lo + 1 < segments_.size() ? std::min(segments_[lo + 1].start, s_max) : s_max;
+  for (int it = 0; it < 2100; ++it) {
+    const double c = 0.5 * (a + b);
+    if (c <= a || c >= b) break;
+    if (divergence_on(tab, f, lo, c) <= budget) a = c;
+    else b = c;
+  }
+  return point_on(lo, a);
+}
+
+}  // namespace mentored

@@ -1,0 +1,240 @@
+r"""The Python face of the solver: :func:`solve` for batches, :class:`MentoredPath` for one row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from ._validate import as_pair, per_row, threads_arg
+from .divergences import Divergence, divergence as _divergence
+
+__all__ = ["Solution", "solve", "MentoredPath"]
+
+_STATUS = {1: "a row sums to zero", 2: "a row holds a non-finite or negative value", 3: "unreachable acceptance"}
+
+
+@dataclass(frozen=True)
+class Solution:
+    r"""An optimal output distribution and everything known about it.
+
+    For 1-D input the per-row fields are floats; for (B, n) input they are (B,) arrays.
+
+    Attributes
+    ----------
+    pi : ndarray
+        :math:`\pi`, same shape and dtype as ``target``.
+    acceptance : float or ndarray
+        :math:`A(\pi) = \sum_i \min(\pi_i, q_i) = 1 - \mathrm{TV}(p, q) + s`.
+    divergence : float or ndarray
+        :math:`D_f(\pi\|p)`.
+    s : float or ndarray
+        :math:`\mathrm{TV}(\pi, p)`, the position on the curve.
+    t_lo, t_hi : float or ndarray
+        Thresholds of :math:`\pi_i = p_i\,\mathrm{clip}(q_i/p_i, t_{lo}, t_{hi})`; ``t_hi = inf`` once
+        the curve continues onto tokens with :math:`p_i = 0`.
+    lam, mu : float or ndarray
+        Dual parameters :math:`\lambda = 1/(f'(t_{hi}) - f'(t_{lo}))`, :math:`\mu = -\lambda f'(t_{lo})`
+        (MATH.md §4); ``lam = 0`` where the budget is not binding, ``lam = inf`` (``mu`` NaN) at
+        budget 0 for a divergence differentiable at 1, where the dual optimum is not attained.
+    name : str
+        The divergence used.
+    """
+
+    pi: np.ndarray
+    acceptance: float | np.ndarray
+    divergence: float | np.ndarray
+    s: float | np.ndarray
+    t_lo: float | np.ndarray
+    t_hi: float | np.ndarray
+    lam: float | np.ndarray
+    mu: float | np.ndarray
+    name: str
+
+
+def _dual(div: Divergence, s, t_lo, t_hi, binding):
+    """λ, μ of MATH.md §4 from the thresholds, with one-sided derivatives at a kink at 1."""
+    s, t_lo, t_hi, binding = map(np.atleast_1d, (s, t_lo, t_hi, binding))
+    up = np.where(t_hi == 1.0, np.nextafter(1.0, 2.0), t_hi)
+    down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
+    d_hi, d_lo = div.fprime(up), div.fprime(down)
+    gap = d_hi - d_lo
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(gap > 1e-8, 1.0 / gap, np.inf)
+        mu = np.where(np.isfinite(lam), -lam * d_lo, np.nan)
+    lam = np.where(binding, lam, 0.0)
+    mu = np.where(binding, mu, 0.0)
+    return lam, mu
+
+
+def _finish(div, pi, res, binding, squeeze):
+    s, t_lo, t_hi, acc, dval = (res[:, j] for j in range(5))
+    lam, mu = _dual(div, s, t_lo, t_hi, binding)
+    fields = dict(acceptance=acc, divergence=dval, s=s, t_lo=t_lo, t_hi=t_hi, lam=lam, mu=mu)
+    if squeeze:
+        fields = {k: float(v[0]) for k, v in fields.items()}
+        pi = pi[0]
+    return Solution(pi=pi, name=div.name, **fields)
+
+
+def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threads=None, normalize=False) -> Solution:
+    r"""Optimal verification distributions for speculative decoding, row by row.
+
+    .. math::
+
+        \max_{\pi \in \Delta_n} \sum_i \min(\pi_i, q_i)
+        \quad \text{s.t.} \quad D_f(\pi \| p) \le \varepsilon
+
+    with ``target`` :math:`p` and ``draft`` :math:`q`. Given ``acceptance`` :math:`a` instead of
+    a ``budget`` :math:`\varepsilon`, returns the :math:`\pi` of least :math:`D_f(\pi\|p)` with
+    :math:`A(\pi) = a` (or :math:`\pi = p` when :math:`a \le 1 - \mathrm{TV}(p, q)`).
+
+    Parameters
+    ----------
+    target, draft : array_like, shape (n,) or (B, n)
+        Distributions over the vocabulary (float32 or float64; exact zeros are fine).
+    divergence : str or Divergence
+        One of ``tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js``.
+    budget : float or array_like (B,), optional
+        :math:`\varepsilon \ge 0` (``inf`` allowed).
+    acceptance : float or array_like (B,), optional
+        Target acceptance in [0, 1]; exactly one of ``budget`` and ``acceptance`` is given.
+    threads : int, optional
+        OpenMP threads over rows (default: all). Results do not depend on it.
+    normalize : bool
+        Renormalise rows instead of refusing rows that do not sum to 1.
+
+    Returns
+    -------
+    Solution
+
+    Examples
+    --------
+    >>> import mentored
+    >>> sol = mentored.solve([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], divergence="tv", budget=0.1)
+    >>> round(sol.acceptance, 12)  # 1 − TV(p, q) + ε
+    0.8
+    """
+    div = _divergence(divergence)
+    if div._code is None:
+        raise NotImplementedError(f"divergence {div.name!r} has no compiled generator")
+    if (budget is None) == (acceptance is None):
+        raise ValueError("give exactly one of budget= and acceptance=")
+    p, q = as_pair(target, draft, normalize)
+    squeeze = p.ndim == 1
+    p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
+    dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
+    p2 = np.ascontiguousarray(p2, dtype=dtype)
+    q2 = np.ascontiguousarray(q2, dtype=dtype)
+    rows = p2.shape[0]
+    if budget is not None:
+        mode, values = 0, per_row(budget, rows, "budget")
+    else:
+        mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
+    pi, res, status = _core.solve(p2, q2, div._code, mode, values, threads_arg(threads))
+    bad = np.flatnonzero(status)
+    if bad.size:
+        r = int(bad[0])
+        if status[r] == 3:
+            raise ValueError(
+                f"acceptance {values[r]!r} is out of reach under {div.name!r} in row {r}: the most "
+                f"reachable is {res[r, 3]!r}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
+            )
+        raise ValueError(f"row {r}: {_STATUS.get(int(status[r]), 'core failure')}")
+    if mode == 0:
+        binding = res[:, 0] < res[:, 5]
+    else:
+        binding = np.ones(rows, dtype=bool)
+    return _finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
+
+
+class MentoredPath:
+    r"""The sorted-ratio structure of one row: every optimum of every :math:`\mathrm{MD}(f, \varepsilon)`.
+
+    Built once in :math:`O(n \log n)`; then the thresholds :math:`t_{lo}(s), t_{hi}(s)` cost
+    :math:`O(\log n)`, :math:`\pi(s)` costs :math:`O(n)`, and a solve for a given divergence and
+    budget costs :math:`O(\log n)` after an :math:`O(n)` table per divergence (cached).
+
+    Examples
+    --------
+    >>> path = MentoredPath([0.5, 0.3, 0.2], [0.2, 0.3, 0.5])
+    >>> t_lo, t_hi = path.thresholds(0.1)
+    >>> round(t_lo, 12), round(t_hi, 12)
+    (0.8, 1.5)
+    """
+
+    def __init__(self, target, draft, *, normalize=False):
+        p, q = as_pair(target, draft, normalize)
+        if p.ndim != 1:
+            raise ValueError(f"MentoredPath takes one row, shape (n,), got {p.shape}")
+        self._n = p.shape[0]
+        self._core = _core.Path(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64))
+
+    @property
+    def tv(self) -> float:
+        r""":math:`\mathrm{TV}(p, q)`: lossless speculative sampling accepts :math:`1 - \mathrm{TV}`."""
+        return self._core.tv
+
+    @property
+    def q0(self) -> float:
+        r""":math:`Q_0 = \sum_{p_i = 0} q_i`, drafter mass on tokens the target excludes."""
+        return self._core.q0
+
+    def s_max(self, divergence="kl") -> float:
+        r"""The end of the curve at finite :math:`D_f`: :math:`\mathrm{TV}(p,q)`, or :math:`\mathrm{TV} - Q_0` if :math:`f_\infty = \infty`."""
+        return self._core.s_max(_code(divergence))
+
+    def thresholds(self, s: float) -> tuple[float, float]:
+        r""":math:`(t_{lo}(s), t_{hi}(s))` with :math:`\mathrm{Down}(t_{lo}) = \mathrm{Up}(t_{hi}) = s`."""
+        _, t_lo, t_hi = self._core.at(_s_arg(s, self._core.s_end))
+        return t_lo, t_hi
+
+    def pi(self, s: float) -> np.ndarray:
+        r""":math:`\pi(s)`, float64, in the original token order."""
+        return self._core.pi(_s_arg(s, self._core.s_end))[0]
+
+    def acceptance(self, s: float) -> float:
+        r""":math:`A(\pi(s)) = 1 - \mathrm{TV}(p, q) + s`."""
+        return 1.0 - self._core.tv + _s_arg(s, self._core.s_end)
+
+    def divergence_at(self, s: float, divergence="kl") -> float:
+        r""":math:`D_f(\pi(s)\|p)` in :math:`O(\log n)` (``inf`` past :meth:`s_max`)."""
+        s = _s_arg(s, self._core.s_end)
+        code = _code(divergence)
+        if s > self._core.s_max(code):
+            return float("inf")
+        return self._core.divergence_at(code, s)
+
+    def solve(self, divergence="kl", budget=0.0) -> Solution:
+        """The optimum of MD(f, budget) on this row, as :func:`solve` would return it."""
+        div = _divergence(divergence)
+        (budget,) = per_row(budget, 1, "budget")
+        s, t_lo, t_hi, dval = self._core.frontier(_code(div), np.array([budget]))[0]
+        pi, acc = self._core.pi(s)
+        res = np.array([[s, t_lo, t_hi, acc, dval]])
+        return _finish(div, pi, res, np.array([s < self._core.s_max(_code(div))]), True)
+
+    def frontier(self, budgets, divergence="kl") -> np.ndarray:
+        r"""Optimal acceptance :math:`A^*(\varepsilon)` for each budget, :math:`O(\log n)` each."""
+        b = np.asarray(budgets, dtype=np.float64)
+        flat = per_row(b.ravel(), b.size, "budget")
+        out = self._core.frontier(_code(divergence), flat)
+        return (1.0 - self._core.tv + out[:, 0]).reshape(b.shape)
+
+    def __repr__(self) -> str:
+        return f"MentoredPath(n={self._n}, tv={self.tv:.6g}, q0={self.q0:.6g})"
+
+
+def _code(divergence) -> int:
+    div = _divergence(divergence)
+    if div._code is None:
+        raise NotImplementedError(f"divergence {div.name!r} has no compiled generator")
+    return div._code
+
+
+def _s_arg(s, s_end: float) -> float:
+    s = float(s)
+    if not (0.0 <= s <= s_end * (1 + 1e-12) + 1e-15):
+        raise ValueError(f"s must lie in [0, TV(p, q)] = [0, {s_end!r}], got {s!r}")
+    return min(s, s_end)

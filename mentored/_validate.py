@@ -1,0 +1,92 @@
+"""Input checks shared by every entry point: clear errors before anything reaches the core."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Relative tolerance on Σ p = 1 per dtype: a float32 softmax over 256k tokens drifts by ~1e-5.
+_SUM_RTOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-6}
+
+
+def as_distribution(x, name: str) -> np.ndarray:
+    """``x`` as a float32/float64 ndarray of shape (n,) or (B, n), finite and nonnegative."""
+    try:
+        a = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError(f"{name} is not an array of numbers: {exc}") from None
+    if a.dtype == np.float16 or a.dtype.name in ("bfloat16", "float8"):
+        raise TypeError(f"{name} has dtype {a.dtype}; cast it to float32 or float64 (half precision is not supported)")
+    if a.dtype.kind in "iu":
+        a = a.astype(np.float64)
+    elif a.dtype.kind != "f":
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    if a.dtype.itemsize > 8:
+        a = a.astype(np.float64)
+    if a.ndim not in (1, 2):
+        raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name} is empty (shape {a.shape})")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contains NaN or infinite entries")
+    if np.any(a < 0):
+        raise ValueError(f"{name} has negative entries")
+    return a
+
+
+def check_sums(a: np.ndarray, name: str, normalize: bool) -> np.ndarray:
+    """Refuse rows that are all zero, and rows not summing to 1 unless ``normalize``."""
+    sums = a.sum(axis=-1, dtype=np.float64)
+    zero = np.flatnonzero(np.atleast_1d(sums) <= 0)
+    if zero.size:
+        raise ValueError(f"{name} has all-zero rows: {_rows(zero)}")
+    if normalize:
+        return (a / sums[..., None]).astype(a.dtype, copy=False) if a.ndim == 2 else (a / sums).astype(a.dtype, copy=False)
+    rtol = _SUM_RTOL[a.dtype]
+    off = np.flatnonzero(np.abs(np.atleast_1d(sums) - 1.0) > rtol)
+    if off.size:
+        worst = float(np.atleast_1d(sums)[off[0]])
+        raise ValueError(
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); "
+            f"rows {_rows(off)} do not (first sums to {worst!r}). Pass normalize=True to renormalise."
+        )
+    return a
+
+
+def as_pair(target, draft, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+    p = as_distribution(target, "target")
+    q = as_distribution(draft, "draft")
+    if p.shape != q.shape:
+        raise ValueError(f"target and draft must have the same shape, got {p.shape} and {q.shape}")
+    return check_sums(p, "target", normalize), check_sums(q, "draft", normalize)
+
+
+def per_row(value, rows: int, name: str, *, upper: float | None = None) -> np.ndarray:
+    """A scalar or one value per row, as a float64 array of length ``rows``; NaN and negatives refused."""
+    try:
+        v = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number or an array of numbers, got {type(value).__name__}") from None
+    if v.ndim == 0:
+        v = np.full(rows, float(v))
+    if v.shape != (rows,):
+        raise ValueError(f"{name} must be a scalar or have one value per row ({rows}), got shape {v.shape}")
+    if np.any(np.isnan(v)):
+        raise ValueError(f"{name} is NaN")
+    if np.any(v < 0):
+        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]!r}")
+    if upper is not None and np.any(v > upper):
+        raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]!r}")
+    return np.ascontiguousarray(v)
+
+
+def threads_arg(threads) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    return int(threads)
+
+
+def _rows(idx) -> str:
+    idx = list(map(int, idx))
+    return ", ".join(map(str, idx[:8])) + (f", … ({len(idx)} in all)" if len(idx) > 8 else "")
