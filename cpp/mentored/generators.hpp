@@ -27,6 +27,9 @@ enum class Generator : int {
 
 constexpr int kGeneratorCount = 7;
 
+// log t, through log1p near 1 where t − 1 is exact and log t is small.
+inline double log_near_1(double t) { return std::fabs(t - 1.0) < 0.5 ? std::log1p(t - 1.0) : std::log(t); }
+
 // f(t) for t in [0, ∞]; f(0) and f(∞) are the limits.
 inline double generator_f(Generator g, double t) {
   const double ln2 = 0.69314718055994530942;
@@ -35,9 +38,9 @@ inline double generator_f(Generator g, double t) {
     case Generator::tv:
       return 0.5 * std::fabs(t - 1.0);
     case Generator::kl:
-      return t > 0.0 ? t * std::log1p(t - 1.0) - (t - 1.0) : 1.0;
+      return t > 0.0 ? t * log_near_1(t) - (t - 1.0) : 1.0;
     case Generator::reverse_kl:
-      return t > 0.0 ? (t - 1.0) - std::log1p(t - 1.0) : kInf;
+      return t > 0.0 ? (t - 1.0) - log_near_1(t) : kInf;
     case Generator::chi2:
       return (t - 1.0) * (t - 1.0);
     case Generator::neyman_chi2:
