@@ -1,0 +1,103 @@
+"""Bad input gets a clear error that names the problem; nothing crashes or answers silently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mentored
+
+P = np.array([0.5, 0.3, 0.2])
+Q = np.array([0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize(
+    "target, draft, error, message",
+    [
+        ([0.5, np.nan, 0.5], Q, ValueError, "target contains NaN"),
+        (P, [0.2, np.inf, 0.5], ValueError, "draft contains NaN or infinite"),
+        ([0.6, -0.1, 0.5], Q, ValueError, "target has negative"),
+        (P, [0.2, 0.3, 0.4, 0.1], ValueError, "same shape"),
+        (np.ones((2, 3)) / 3, np.ones((3, 3)) / 3, ValueError, "same shape"),
+        ([], [], ValueError, "empty"),
+        (np.ones((2, 0)), np.ones((2, 0)), ValueError, "empty"),
+        (np.ones((2, 2, 2)) / 2, np.ones((2, 2, 2)) / 2, ValueError, r"shape \(n,\) or \(B, n\)"),
+        ([0.5, 0.3, 0.3], Q, ValueError, "target rows must sum to 1"),
+        (P, [0.0, 0.0, 0.0], ValueError, "draft has all-zero rows: 0"),
+        (np.array([[0.5, 0.5], [0.0, 0.0]]), np.full((2, 2), 0.5), ValueError, "target has all-zero rows: 1"),
+        (["a", "b", "c"], Q, TypeError, "target must hold real numbers"),
+        (P, [1 + 1j, 0, 0], TypeError, "draft must hold real numbers"),
+        (P, [[0.5, 0.5], [1.0]], TypeError, "draft is not an array of numbers"),
+        (P.astype(np.float16), Q, TypeError, "dtype float16; cast it to float32"),
+        (np.array([True, False]), np.array([False, True]), TypeError, "real numbers"),
+    ],
+)
+def test_bad_distributions(target, draft, error, message):
+    with pytest.raises(error, match=message):
+        mentored.solve(target, draft, budget=0.1)
+
+
+def test_float32_rows_get_a_looser_sum_tolerance():
+    p = np.array([0.5, 0.3, 0.2005], dtype=np.float32)  # off by 5e-4: fine for float32
+    mentored.solve(p, Q.astype(np.float32), budget=0.1)
+    with pytest.raises(ValueError, match="relative tolerance 1e-06 for float64"):
+        mentored.solve(p.astype(np.float64), Q, budget=0.1)
+
+
+def test_normalize_renormalises_instead_of_refusing():
+    sol = mentored.solve([5.0, 3.0, 2.0], [2.0, 3.0, 5.0], divergence="tv", budget=0.1, normalize=True)
+    np.testing.assert_allclose(sol.pi, [0.4, 0.3, 0.3], rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="all-zero"):
+        mentored.solve([0.0, 0.0], [1.0, 0.0], budget=0.1, normalize=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(budget=-0.1), ValueError, "budget must be nonnegative"),
+        (dict(budget=np.nan), ValueError, "budget is NaN"),
+        (dict(budget=[0.1, 0.2]), ValueError, r"one value per row \(1\)"),
+        (dict(budget="big"), TypeError, "budget must be a number"),
+        (dict(), ValueError, "exactly one of budget= and acceptance="),
+        (dict(budget=0.1, acceptance=0.9), ValueError, "exactly one"),
+        (dict(acceptance=1.5), ValueError, "acceptance must be at most 1"),
+        (dict(acceptance=-0.5), ValueError, "acceptance must be nonnegative"),
+        (dict(budget=0.1, divergence="wasserstein"), ValueError, "unknown divergence 'wasserstein'; the built-ins are tv, kl"),
+        (dict(budget=0.1, divergence=3), TypeError, "divergence must be a name"),
+        (dict(budget=0.1, threads=0), ValueError, "threads must be a positive integer"),
+        (dict(budget=0.1, threads=1.5), ValueError, "threads must be a positive integer"),
+    ],
+)
+def test_bad_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        mentored.solve(P, Q, **kwargs)
+
+
+def test_path_errors():
+    with pytest.raises(ValueError, match="one row"):
+        mentored.MentoredPath(np.ones((2, 3)) / 3, np.ones((2, 3)) / 3)
+    path = mentored.MentoredPath(P, Q)
+    with pytest.raises(ValueError, match=r"s must lie in \[0, TV\(p, q\)\]"):
+        path.pi(0.5)
+    with pytest.raises(ValueError, match="s must lie"):
+        path.thresholds(-1e-3)
+    with pytest.raises(ValueError, match="budget must be nonnegative"):
+        path.frontier([0.1, -1.0])
+    with pytest.raises(ValueError, match="unknown divergence"):
+        path.solve("nope", 0.1)
+
+
+def test_the_core_refuses_what_slips_past_python():
+    # Validation lives in Python, but the core must not trust its caller either.
+    with pytest.raises(ValueError, match="finite and nonnegative"):
+        mentored._core.Path(np.array([0.5, np.nan]), np.array([0.5, 0.5]))
+    with pytest.raises(ValueError, match="sums to zero"):
+        mentored._core.Path(np.array([0.0, 0.0]), np.array([0.5, 0.5]))
+    pi, res, status = mentored._core.solve(
+        np.array([[0.5, -0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1]), 1
+    )
+    assert status[0] == 2
+    with pytest.raises(ValueError, match="one budget or acceptance per row"):
+        mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1, 0.2]), 1)
+    with pytest.raises(ValueError, match="unknown divergence code"):
+        mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 99, 0, np.array([0.1]), 1)
