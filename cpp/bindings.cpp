@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,6 +54,109 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
   return py::make_tuple(pi, results, status);
 }
 
+// A user generator f̃ (tilted, as in generators.hpp) given by two Python callables: `vec` maps a
+// float64 array to f̃ of it, `scalar` maps one float. Tables need f̃ at every sorted ratio: they are
+// filled from one call of `vec` on all ratios (no n Python calls); the budget search then calls
+// `scalar` O(log n + 60) times. The GIL is held throughout.
+struct PyF {
+  py::object scalar;
+  double f_inf;
+  double operator()(double t) const { return scalar(t).cast<double>(); }
+};
+
+// Path::tabulate visits the ratios in a fixed order; the first pass records them, the Python
+// callable evaluates them all at once, and the second pass replays the values in the same order.
+struct RecordF {
+  std::vector<double>* ts;
+  double f_inf;
+  double operator()(double t) const {
+    ts->push_back(t);
+    return 0.0;
+  }
+};
+struct ReplayF {
+  const double* values;
+  std::size_t count;
+  mutable std::size_t next = 0;
+  double f_inf;
+  double operator()(double) const {
+    if (next >= count) throw std::runtime_error("custom generator table: ratio count mismatch");
+    return values[next++];
+  }
+};
+
+void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Table& tab) {
+  std::vector<double> ts;
+  ts.reserve(path.size());
+  path.tabulate(RecordF{&ts, f_inf}, tab);
+  carray<double> arg(static_cast<py::ssize_t>(ts.size()));
+  std::copy(ts.begin(), ts.end(), arg.mutable_data());
+  carray<double> vals = py::cast<carray<double>>(vec(arg));
+  if (vals.ndim() != 1 || static_cast<std::size_t>(vals.shape(0)) != ts.size())
+    throw std::invalid_argument("the vectorised generator must return one value per ratio");
+  ReplayF replay{vals.data(), ts.size(), 0, f_inf};
+  path.tabulate(replay, tab);
+}
+
+// Batched solve for a user generator: rows in sequence (the callables need the GIL).
+template <class T>
+py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
+                       carray<double> values) {
+  if (p.ndim() != 2 || q.ndim() != 2 || p.shape(0) != q.shape(0) || p.shape(1) != q.shape(1))
+    throw std::invalid_argument("target and draft must be (B, n) arrays of one shape");
+  const auto rows = static_cast<std::size_t>(p.shape(0)), n = static_cast<std::size_t>(p.shape(1));
+  if (values.ndim() != 1 || static_cast<std::size_t>(values.shape(0)) != rows)
+    throw std::invalid_argument("one budget or acceptance per row is required");
+  if (mode != 0 && mode != 1) throw std::invalid_argument("mode must be 0 (budget) or 1 (acceptance)");
+  carray<T> pi({rows, n});
+  carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
+  py::array_t<int> status(static_cast<py::ssize_t>(rows));
+  const PyF f{scalar, f_inf};
+  Path path;
+  Table tab;
+  for (std::size_t b = 0; b < rows; ++b) {
+    const std::size_t o = b * n;
+    double* res = results.mutable_data() + b * kRowFields;
+    RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
+    Status st = path.build(p.data() + o, q.data() + o, n);
+    if (st == Status::ok) {
+      tabulate_custom(path, vec, f_inf, tab);
+      // The table is filled; solve_row's own tabulate is replaced by the replay above, so the
+      // rest of solve_row is repeated here with the scalar functor.
+      const double s_max = path.s_max(f_inf);
+      Point x;
+      const double v = values.data()[b];
+      if (mode == 0) {
+        x = path.solve_budget(tab, f, v);
+      } else {
+        const double s = v - 1.0 + path.tv();
+        if (s > s_max + 1e-12) {
+          r.acceptance = 1.0 - path.tv() + s_max;
+          st = Status::unreachable;
+        } else {
+          x = path.at(std::min(std::max(s, 0.0), s_max));
+        }
+      }
+      if (st == Status::ok) {
+        r.s = x.s;
+        r.t_lo = x.t_lo;
+        r.t_hi = x.t_hi;
+        r.acceptance = path.build_pi(x, pi.mutable_data() + o);
+        r.divergence = path.divergence(tab, f, x);
+        r.s_max = s_max;
+      }
+    }
+    status.mutable_data()[b] = static_cast<int>(st);
+    res[0] = r.s;
+    res[1] = r.t_lo;
+    res[2] = r.t_hi;
+    res[3] = r.acceptance;
+    res[4] = r.divergence;
+    res[5] = r.s_max;
+  }
+  return py::make_tuple(pi, results, status);
+}
+
 // One row, many questions: the structure with its divergence tables cached by code.
 class PyPath {
  public:
@@ -79,6 +183,35 @@ class PyPath {
   }
 
   double s_max(int code) const { return path_.s_max(generator_f_inf(generator(code))); }
+
+  // A user generator's table, built once per generator by the Python side and passed back in.
+  Table table_custom(py::object vec, double f_inf) const {
+    Table tab;
+    tabulate_custom(path_, vec, f_inf, tab);
+    return tab;
+  }
+
+  double divergence_custom(const Table& tab, py::object scalar, double s) const {
+    return path_.divergence(tab, PyF{scalar, tab.f_inf}, path_.at(s));
+  }
+
+  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets) const {
+    const PyF f{scalar, tab.f_inf};
+    const auto k = static_cast<std::size_t>(budgets.size());
+    carray<double> out({k, static_cast<std::size_t>(4)});
+    const double* b = budgets.data();
+    double* o = out.mutable_data();
+    for (std::size_t i = 0; i < k; ++i) {
+      const Point x = path_.solve_budget(tab, f, b[i]);
+      o[4 * i + 0] = x.s;
+      o[4 * i + 1] = x.t_lo;
+      o[4 * i + 2] = x.t_hi;
+      o[4 * i + 3] = path_.divergence(tab, f, x);
+    }
+    return out;
+  }
+
+  double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
 
   double divergence_at(int code, double s) const { return path_.divergence(table(code), BuiltinF(generator(code)), path_.at(s)); }
 
@@ -127,7 +260,22 @@ PYBIND11_MODULE(_core, m) {
         py::arg("values"), py::arg("threads"));
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"));
+  m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
+  m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
+  m.def(
+      "generator_f_array",
+      [](int code, carray<double> t) {
+        const Generator g = generator(code);
+        carray<double> out(t.request().shape);
+        const double* x = t.data();
+        double* o = out.mutable_data();
+        for (py::ssize_t i = 0; i < t.size(); ++i) o[i] = generator_f(g, x[i]);
+        return out;
+      },
+      py::arg("code"), py::arg("t"));
   m.def("generator_f_inf", [](int code) { return generator_f_inf(generator(code)); }, py::arg("code"));
   m.def("has_openmp", []() {
 #ifdef _OPENMP
@@ -136,6 +284,9 @@ PYBIND11_MODULE(_core, m) {
     return false;
 #endif
   });
+
+  py::class_<Table>(m, "Table")
+      .def_property_readonly("f_inf", [](const Table& t) { return t.f_inf; });
 
   py::class_<PyPath>(m, "Path")
       .def(py::init<carray<double>, carray<double>>(), py::arg("target"), py::arg("draft"))
@@ -148,5 +299,9 @@ PYBIND11_MODULE(_core, m) {
       .def("pi", &PyPath::pi, py::arg("s"))
       .def("s_max", &PyPath::s_max, py::arg("code"))
       .def("divergence_at", &PyPath::divergence_at, py::arg("code"), py::arg("s"))
-      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"));
+      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"))
+      .def("s_max_for", &PyPath::s_max_for, py::arg("f_inf"))
+      .def("table_custom", &PyPath::table_custom, py::arg("f_vec"), py::arg("f_inf"))
+      .def("divergence_custom", &PyPath::divergence_custom, py::arg("table"), py::arg("f_scalar"), py::arg("s"))
+      .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"));
 }

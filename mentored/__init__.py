@@ -18,7 +18,19 @@ References
 """
 
 from ._solve import MentoredPath, Solution, solve
+from .certificate import Certificate, certify
 from .divergences import BUILTIN_NAMES, Divergence, divergence
+from .symbolic import NumericCheckWarning
 
-__all__ = ["solve", "Solution", "MentoredPath", "Divergence", "divergence", "BUILTIN_NAMES"]
+__all__ = [
+    "solve",
+    "Solution",
+    "MentoredPath",
+    "Divergence",
+    "divergence",
+    "BUILTIN_NAMES",
+    "certify",
+    "Certificate",
+    "NumericCheckWarning",
+]
 __version__ = "0.1.0"

@@ -78,7 +78,23 @@ def _finish(div, pi, res, binding, squeeze):
     return Solution(pi=pi, name=div.name, **fields)
 
 
-def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threads=None, normalize=False) -> Solution:
+def _custom(div: Divergence):
+    """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (MATH.md §1, tilted)."""
+    c = div.tilt
+    f_inf = div.f_inf - c
+
+    def vec(t):
+        return np.ascontiguousarray(div.f_tilde(t), dtype=np.float64)
+
+    def scalar(t):
+        return float(div.f_tilde(np.array([t]))[0])
+
+    return vec, scalar, f_inf
+
+
+def solve(
+    target, draft, *, divergence="kl", budget=None, acceptance=None, threads=None, normalize=False, check=False
+) -> Solution:
     r"""Optimal verification distributions for speculative decoding, row by row.
 
     .. math::
@@ -95,7 +111,8 @@ def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threa
     target, draft : array_like, shape (n,) or (B, n)
         Distributions over the vocabulary (float32 or float64; exact zeros are fine).
     divergence : str or Divergence
-        One of ``tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js``.
+        One of ``tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js``, or any :class:`Divergence`
+        (e.g. from :meth:`Divergence.from_sympy`; such rows are solved one after the other).
     budget : float or array_like (B,), optional
         :math:`\varepsilon \ge 0` (``inf`` allowed).
     acceptance : float or array_like (B,), optional
@@ -104,6 +121,10 @@ def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threa
         OpenMP threads over rows (default: all). Results do not depend on it.
     normalize : bool
         Renormalise rows instead of refusing rows that do not sum to 1.
+    check : bool
+        Certify every row (:func:`mentored.certify`, duality gap and feasibility) and, for rows of
+        at most 2000 tokens with a budget, compare with the convex-program oracle; raise
+        ``RuntimeError`` on any disagreement.
 
     Returns
     -------
@@ -117,8 +138,6 @@ def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threa
     0.8
     """
     div = _divergence(divergence)
-    if div._code is None:
-        raise NotImplementedError(f"divergence {div.name!r} has no compiled generator")
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
     p, q = as_pair(target, draft, normalize)
@@ -132,7 +151,12 @@ def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threa
         mode, values = 0, per_row(budget, rows, "budget")
     else:
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
-    pi, res, status = _core.solve(p2, q2, div._code, mode, values, threads_arg(threads))
+    nthreads = threads_arg(threads)
+    if div._code is not None:
+        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads)
+    else:
+        vec, scalar, f_inf = _custom(div)
+        pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
@@ -146,7 +170,43 @@ def solve(target, draft, *, divergence="kl", budget=None, acceptance=None, threa
         binding = res[:, 0] < res[:, 5]
     else:
         binding = np.ones(rows, dtype=bool)
-    return _finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
+    sol = _finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
+    if check:
+        _check(sol, p2, q2, div, res[:, 4] if mode == 1 else values, mode == 0)
+    return sol
+
+
+_ORACLE_MAX_N = 2000
+
+
+def _check(sol, p2, q2, div, budgets, budget_mode):
+    """solve(check=True): a certificate per row, and the oracle on small rows."""
+    from .certificate import certify
+
+    pi2 = np.atleast_2d(sol.pi).astype(np.float64)
+    dvals = np.atleast_1d(sol.divergence)
+    for r in range(p2.shape[0]):
+        p, q = p2[r].astype(np.float64), q2[r].astype(np.float64)
+        p, q = p / p.sum(), q / q.sum()
+        budget = float(budgets[r])
+        if np.isinf(budget) and np.isfinite(dvals[r]):
+            # ε = ∞ admits no λ > 0; π is certified at its own (finite) divergence instead, where
+            # the solver's convention (D_f = ∞ is refused) and the dual's agree.
+            budget = float(dvals[r])
+        # float32 rows carry float32 rounding in π itself (Σπ − 1 ~ 1e-7).
+        loose = p2.dtype == np.float32
+        cert = certify(p, q, pi2[r], div, budget, tol=1e-5 if loose else 1e-7, feas_tol=1e-5 if loose else 1e-9)
+        if not cert.ok:
+            raise RuntimeError(f"row {r}: the certificate rejects the solution: {cert}")
+        if budget_mode and p.size <= _ORACLE_MAX_N and np.isfinite(budget):
+            from .oracle import oracle_solve
+
+            o = oracle_solve(p, q, div, budget)
+            usable = o.status in ("optimal", "optimal_inaccurate") and o.simplex_residual <= 1e-8 and o.budget_excess <= 1e-8 * (1 + budget)
+            if usable and o.acceptance > cert.acceptance + 1e-6:
+                raise RuntimeError(
+                    f"row {r}: the oracle finds acceptance {o.acceptance!r} > {cert.acceptance!r} from the solver"
+                )
 
 
 class MentoredPath:
@@ -169,6 +229,7 @@ class MentoredPath:
         if p.ndim != 1:
             raise ValueError(f"MentoredPath takes one row, shape (n,), got {p.shape}")
         self._n = p.shape[0]
+        self._tables = {}  # Divergence -> (table, scalar f̃) for user generators
         self._core = _core.Path(np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(q, dtype=np.float64))
 
     @property
@@ -183,7 +244,19 @@ class MentoredPath:
 
     def s_max(self, divergence="kl") -> float:
         r"""The end of the curve at finite :math:`D_f`: :math:`\mathrm{TV}(p,q)`, or :math:`\mathrm{TV} - Q_0` if :math:`f_\infty = \infty`."""
-        return self._core.s_max(_code(divergence))
+        return self._core.s_max_for(_divergence(divergence).f_inf)
+
+    def _table(self, div):
+        if div not in self._tables:
+            vec, scalar, f_inf = _custom(div)
+            self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
+        return self._tables[div]
+
+    def _frontier(self, div, budgets):
+        if div._code is not None:
+            return self._core.frontier(div._code, budgets)
+        table, scalar = self._table(div)
+        return self._core.frontier_custom(table, scalar, budgets)
 
     def thresholds(self, s: float) -> tuple[float, float]:
         r""":math:`(t_{lo}(s), t_{hi}(s))` with :math:`\mathrm{Down}(t_{lo}) = \mathrm{Up}(t_{hi}) = s`."""
@@ -201,36 +274,33 @@ class MentoredPath:
     def divergence_at(self, s: float, divergence="kl") -> float:
         r""":math:`D_f(\pi(s)\|p)` in :math:`O(\log n)` (``inf`` past :meth:`s_max`)."""
         s = _s_arg(s, self._core.s_end)
-        code = _code(divergence)
-        if s > self._core.s_max(code):
+        div = _divergence(divergence)
+        s_max = self.s_max(div)
+        if s > s_max * (1 + 1e-12) + 1e-15:  # past the end, not by rounding of TV
             return float("inf")
-        return self._core.divergence_at(code, s)
+        if div._code is not None:
+            return self._core.divergence_at(div._code, min(s, s_max))
+        table, scalar = self._table(div)
+        return self._core.divergence_custom(table, scalar, min(s, s_max))
 
     def solve(self, divergence="kl", budget=0.0) -> Solution:
         """The optimum of MD(f, budget) on this row, as :func:`solve` would return it."""
         div = _divergence(divergence)
         (budget,) = per_row(budget, 1, "budget")
-        s, t_lo, t_hi, dval = self._core.frontier(_code(div), np.array([budget]))[0]
+        s, t_lo, t_hi, dval = self._frontier(div, np.array([budget]))[0]
         pi, acc = self._core.pi(s)
         res = np.array([[s, t_lo, t_hi, acc, dval]])
-        return _finish(div, pi, res, np.array([s < self._core.s_max(_code(div))]), True)
+        return _finish(div, pi[None, :], res, np.array([s < self.s_max(div)]), True)
 
     def frontier(self, budgets, divergence="kl") -> np.ndarray:
         r"""Optimal acceptance :math:`A^*(\varepsilon)` for each budget, :math:`O(\log n)` each."""
         b = np.asarray(budgets, dtype=np.float64)
         flat = per_row(b.ravel(), b.size, "budget")
-        out = self._core.frontier(_code(divergence), flat)
+        out = self._frontier(_divergence(divergence), flat)
         return (1.0 - self._core.tv + out[:, 0]).reshape(b.shape)
 
     def __repr__(self) -> str:
         return f"MentoredPath(n={self._n}, tv={self.tv:.6g}, q0={self.q0:.6g})"
-
-
-def _code(divergence) -> int:
-    div = _divergence(divergence)
-    if div._code is None:
-        raise NotImplementedError(f"divergence {div.name!r} has no compiled generator")
-    return div._code
 
 
 def _s_arg(s, s_end: float) -> float:

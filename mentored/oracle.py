@@ -48,7 +48,102 @@ class OracleResult:
         return self.status == "optimal"
 
 
-def _program(name, p, q, eps, scaling):
+def _sympy_cost(div, u):
+    r"""Elementwise :math:`f(u)` as a DCP-convex cvxpy expression, from the sympy generator.
+
+    Tries the sympy forms ``f``, ``expand(f)``, ``apart(f)`` (rational :math:`f`: polynomial plus
+    :math:`c/(t+a)^k`, e.g. triangular discrimination :math:`t - 3 + 4/(t+1)`) and the expanded
+    logarithms, translating each node to a cvxpy atom: ``t log(t/B) -> rel_entr(t, B)``,
+    ``log B -> log`` (concave B) or ``-log(1/B)``, powers -> ``square``/``power``/``sqrt``/``inv_pos``,
+    ``|B| -> abs``, ``exp``. The first form that cvxpy accepts as convex and that equals ``f``
+    numerically is used; otherwise ValueError.
+    """
+    import cvxpy as cp
+    import sympy as sp
+
+    info = div.symbolic
+    if info is None:
+        raise ValueError(f"the oracle has no convex form for divergence {div.name!r} (no sympy generator)")
+    t, f = info.t, info.expr
+
+    def tr(e):
+        if e == t:
+            return u
+        if e.is_number:
+            return float(e)
+        if isinstance(e, sp.Add):
+            out = 0
+            for a in e.args:
+                out = out + tr(a)
+            return out
+        if isinstance(e, sp.Mul):
+            c, rest = e.as_coeff_Mul()
+            if c != 1:
+                return float(c) * tr(rest)
+            factors = list(rest.args)
+            logs = [a for a in factors if isinstance(a, sp.log)]
+            if len(factors) == 2 and t in factors and len(logs) == 1:  # t log R = rel_entr(t, t/R)
+                other = sp.simplify(t / logs[0].args[0])
+                return cp.rel_entr(u, tr(other) if other.free_symbols else float(other) * np.ones(u.shape))
+            consts = [a for a in factors if not a.free_symbols]
+            if consts:
+                return float(sp.Mul(*consts)) * tr(sp.Mul(*[a for a in factors if a.free_symbols]))
+            raise ValueError(f"no cvxpy atom for the product {e}")
+        if isinstance(e, sp.Pow):
+            base, k = e.args
+            if not k.is_number:
+                raise ValueError(f"no cvxpy atom for {e}")
+            k = float(k)
+            b = tr(base)
+            if k == 2:
+                return cp.square(b)
+            if k == 0.5:
+                return cp.sqrt(b)
+            if k == -1:
+                return cp.inv_pos(b)
+            return cp.power(b, k)
+        if isinstance(e, sp.log):
+            arg = e.args[0]
+            inner = tr(arg)
+            if not isinstance(inner, float) and inner.is_concave():
+                return cp.log(inner)
+            return -cp.log(tr(sp.simplify(1 / arg)))
+        if isinstance(e, sp.exp):
+            return cp.exp(tr(e.args[0]))
+        if isinstance(e, sp.Abs):
+            return cp.abs(tr(e.args[0]))
+        raise ValueError(f"no cvxpy atom for {e}")
+
+    forms = [f, sp.expand(f)]
+    try:
+        forms.append(sp.apart(sp.together(f), t))
+    except Exception:  # not rational
+        pass
+    forms.append(sp.expand(sp.expand_log(f, force=True)))
+    probe = np.array([0.05, 0.7, 1.0, 1.3, 4.0])
+    errors = []
+    for form in forms:
+        try:
+            expr = tr(form)
+        except (ValueError, TypeError, ZeroDivisionError) as exc:
+            errors.append(str(exc))
+            continue
+        if isinstance(expr, float) or not expr.is_convex():
+            errors.append(f"{form} is not DCP-convex as written")
+            continue
+        u_save = u.value
+        u.value = probe[np.arange(u.size) % probe.size] if u.size else None
+        try:
+            ok = u.size == 0 or np.allclose(expr.value, info.f(u.value), rtol=1e-9, atol=1e-12)
+        finally:
+            u.value = u_save
+        if ok:
+            return expr
+        errors.append(f"{form} does not evaluate to f")
+    raise ValueError(f"the oracle has no convex form for divergence {div.name!r} (f = {f}): " + "; ".join(errors))
+
+
+def _program(div, p, q, eps, scaling):
     """The convex program in ratios u = π/p on {p > 0} and masses z on {p = 0}.
 
     ``scaling="ratio"`` makes u itself the variable (O(1) even where p is tiny); ``"mass"`` makes
@@ -56,16 +151,24 @@ def _program(name, p, q, eps, scaling):
     """
     import cvxpy as cp
 
+    name = div.name if div._code is not None else None
     pos = p > 0
     pS, qS = p[pos], q[pos]
     v = cp.Variable(pS.size, nonneg=True)
     u = v if scaling == "ratio" else cp.multiply(1.0 / pS, v)
     # f∞ = ∞ excludes {p = 0}; otherwise each unit of mass there costs f∞ (built into the forms).
-    z = cp.Variable(int((~pos).sum()), nonneg=True) if (~pos).any() and np.isfinite(_divergence(name).f_inf) else None
+    z = cp.Variable(int((~pos).sum()), nonneg=True) if (~pos).any() and np.isfinite(div.f_inf) else None
     mass = cp.sum(cp.multiply(pS, u)) + (cp.sum(z) if z is not None else 0)
     outside = cp.sum(z) if z is not None else 0
     accept = cp.sum(cp.minimum(cp.multiply(pS, u), qS)) + (cp.sum(cp.minimum(z, q[~pos])) if z is not None else 0)
-    if name == "tv":
+    if name is None:  # a user generator: its sympy form mapped to cvxpy atoms, f∞ per unit off p's support
+        if scaling == "ratio":
+            fu = _sympy_cost(div, v)
+        else:
+            w = cp.Variable(pS.size, nonneg=True)  # the ratio, tied to the masses by an equality
+            fu = _sympy_cost(div, w)
+        cost = cp.sum(cp.multiply(pS, fu)) + (div.f_inf * outside if z is not None else 0)
+    elif name == "tv":
         cost = 0.5 * cp.sum(cp.multiply(pS, cp.abs(u - 1))) + 0.5 * outside
     elif name == "kl":
         cost = cp.sum(cp.multiply(pS, cp.rel_entr(u, np.ones(pS.size))))
@@ -83,7 +186,10 @@ def _program(name, p, q, eps, scaling):
         cost = 0.5 * cp.sum(cp.multiply(pS, cp.rel_entr(u, m) + cp.rel_entr(ones, m))) + 0.5 * np.log(2.0) * outside
     else:
         raise ValueError(f"the oracle has no convex form for divergence {name!r}")
-    problem = cp.Problem(cp.Maximize(accept), [mass == 1, cost <= eps])
+    constraints = [mass == 1, cost <= eps]
+    if name is None and scaling != "ratio":
+        constraints.append(w == u)
+    problem = cp.Problem(cp.Maximize(accept), constraints)
 
     def point():
         pi = np.zeros_like(p)
@@ -109,7 +215,7 @@ _USABLE = ("optimal", "optimal_inaccurate")
 def _run(div, p, q, budget, scaling, solver, options) -> OracleResult:
     import cvxpy as cp
 
-    problem, point = _program(div.name, p, q, budget, scaling)
+    problem, point = _program(div, p, q, budget, scaling)
     label = f"{solver}/{scaling}"
     try:
         with warnings.catch_warnings():

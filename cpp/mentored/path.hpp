@@ -98,7 +98,10 @@ class Path {
   std::vector<double> r_hi_, p_hi_, P_hi_, Q_hi_;
   std::vector<Segment> segments_;
   double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
-  std::vector<std::size_t> order_;  // scratch for the sort
+  struct Entry {
+    double r, p, q;
+  };
+  std::vector<Entry> lo_, hi_;  // scratch for the sort
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -121,49 +124,36 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
     q_[i] = static_cast<double>(q[i]) / sq;
   }
 
-  // Split by side; ratios are compared as q_i vs p_i, so no ratio is formed for the split.
-  order_.clear();
-  std::size_t n_hi = 0;
+  // Split by side (comparing q_i with p_i, so no ratio decides the side), then sort each side by
+  // ratio. Ties keep index order, so that the structure is a function of the row alone.
+  lo_.clear();
+  hi_.clear();
   q0_ = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    if (p_[i] == 0.0) {
-      q0_ += q_[i];
-    } else if (q_[i] < p_[i]) {
-      order_.push_back(i);
-    }
+    if (p_[i] == 0.0) q0_ += q_[i];
+    else if (q_[i] < p_[i]) lo_.push_back({q_[i] / p_[i], p_[i], q_[i]});
+    else if (q_[i] > p_[i]) hi_.push_back({q_[i] / p_[i], p_[i], q_[i]});
   }
-  const std::size_t n_lo = order_.size();
-  for (std::size_t i = 0; i < n; ++i)
-    if (p_[i] > 0.0 && q_[i] > p_[i]) order_.push_back(i);
-  n_hi = order_.size() - n_lo;
+  std::stable_sort(lo_.begin(), lo_.end(), [](const Entry& a, const Entry& b) { return a.r < b.r; });
+  std::stable_sort(hi_.begin(), hi_.end(), [](const Entry& a, const Entry& b) { return a.r > b.r; });
+  const std::size_t n_lo = lo_.size(), n_hi = hi_.size();
 
-  auto ratio = [this](std::size_t i) { return q_[i] / p_[i]; };
-  // Ties are broken by index so that the structure is a function of the row alone.
-  std::sort(order_.begin(), order_.begin() + n_lo, [&](std::size_t a, std::size_t b) {
-    const double ra = ratio(a), rb = ratio(b);
-    return ra < rb || (ra == rb && a < b);
-  });
-  std::sort(order_.begin() + n_lo, order_.end(), [&](std::size_t a, std::size_t b) {
-    const double ra = ratio(a), rb = ratio(b);
-    return ra > rb || (ra == rb && a < b);
-  });
-
-  auto fill = [&](std::size_t from, std::size_t count, std::vector<double>& r, std::vector<double>& pv,
-                  std::vector<double>& P, std::vector<double>& Q) {
+  auto fill = [](const std::vector<Entry>& side, std::vector<double>& r, std::vector<double>& pv,
+                 std::vector<double>& P, std::vector<double>& Q) {
+    const std::size_t count = side.size();
     r.resize(count);
     pv.resize(count);
     P.assign(count + 1, 0.0);
     Q.assign(count + 1, 0.0);
     for (std::size_t j = 0; j < count; ++j) {
-      const std::size_t i = order_[from + j];
-      r[j] = ratio(i);
-      pv[j] = p_[i];
-      P[j + 1] = P[j] + p_[i];
-      Q[j + 1] = Q[j] + q_[i];
+      r[j] = side[j].r;
+      pv[j] = side[j].p;
+      P[j + 1] = P[j] + side[j].p;
+      Q[j + 1] = Q[j] + side[j].q;
     }
   };
-  fill(0, n_lo, r_lo_, p_lo_, P_lo_, Q_lo_);
-  fill(n_lo, n_hi, r_hi_, p_hi_, P_hi_, Q_hi_);
+  fill(lo_, r_lo_, p_lo_, P_lo_, Q_lo_);
+  fill(hi_, r_hi_, p_hi_, P_hi_, Q_hi_);
 
   tv_ = P_lo_[n_lo] - Q_lo_[n_lo];
   d_up_ = Q_hi_[n_hi] - P_hi_[n_hi];

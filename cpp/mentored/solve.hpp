@@ -4,6 +4,7 @@
 // threads or on scheduling.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #endif
 
 #include "generators.hpp"
+#include "oneshot.hpp"
 #include "path.hpp"
 
 namespace mentored {
@@ -28,29 +30,28 @@ struct RowResult {
 constexpr int kRowFields = 6;
 
 template <class T, class F>
-Status solve_row(Path& path, Table& tab, const F& f, const T* p, const T* q, std::size_t n, Mode mode,
-                 double value, T* pi, RowResult& out) {
-  const Status st = path.build(p, q, n);
+Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n, Mode mode, double value, T* pi,
+                 RowResult& out) {
+  const Status st = row.build(p, q, n);
   if (st != Status::ok) return st;
-  path.tabulate(f, tab);
-  const double s_max = path.s_max(tab.f_inf);
+  const double s_max = row.s_max(f.f_inf);
   Point x;
   if (mode == Mode::budget) {
-    x = path.solve_budget(tab, f, value);
+    x = row.solve_budget(f, value);
   } else {
-    const double s = value - 1.0 + path.tv();
+    const double s = value - 1.0 + row.tv();
     // Acceptance is known only to rounding: allow a few ulps past the end of the curve.
     if (s > s_max + 1e-12) {
-      out.acceptance = 1.0 - path.tv() + s_max;  // the most that is reachable, for the message
+      out.acceptance = 1.0 - row.tv() + s_max;  // the most that is reachable, for the message
       return Status::unreachable;
     }
-    x = path.at(std::min(std::max(s, 0.0), s_max));
+    x = row.at(std::min(std::max(s, 0.0), s_max));
   }
   out.s = x.s;
   out.t_lo = x.t_lo;
   out.t_hi = x.t_hi;
-  out.acceptance = path.build_pi(x, pi);
-  out.divergence = path.divergence(tab, f, x);
+  out.acceptance = row.build_pi(p, q, x, pi);
+  out.divergence = row.divergence(f, x.s);
   out.s_max = s_max;
   return Status::ok;
 }
@@ -60,19 +61,19 @@ template <class T, class F>
 void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const F& f, Mode mode,
                  const double* values, int threads, T* pi, double* results, int* status) {
 #ifdef _OPENMP
-  const int nt = threads > 0 ? threads : omp_get_max_threads();
-#pragma omp parallel num_threads(nt)
+  // No more threads than rows: a team that waits for work costs more than one small row.
+  const int nt = static_cast<int>(std::min<std::size_t>(threads > 0 ? threads : omp_get_max_threads(), rows));
+#pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
   {
-    Path path;
-    Table tab;
+    OneShot row;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
     for (long long b = 0; b < static_cast<long long>(rows); ++b) {
       const std::size_t o = static_cast<std::size_t>(b) * n;
       RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
-      const Status st = solve_row(path, tab, f, p + o, q + o, n, mode, values[b], pi + o, r);
+      const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r);
       status[b] = static_cast<int>(st);
       double* res = results + static_cast<std::size_t>(b) * kRowFields;
       res[0] = r.s;

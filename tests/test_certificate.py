@@ -1,0 +1,161 @@
+"""Certificates by weak duality (MATH.md §5): closed-form dual against brute force, acceptance of
+optimal points, rejection of perturbed, sub-optimal and infeasible ones; the oracle for sympy
+generators; solve(check=True)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy as sp
+from numpy.testing import assert_allclose
+
+import mentored
+from mentored.certificate import dual_bound
+from mentored.oracle import oracle_solve
+from mentored.testing import KINDS, budgets_for, instance
+
+T = sp.Symbol("t", positive=True)
+CUSTOM = {
+    "triangular": (T - 1) ** 2 / (T + 1),
+    "jeffreys": (T - 1) * sp.log(T),
+    "alpha_1/3": (T ** sp.Rational(1, 3) - 1 - sp.Rational(1, 3) * (T - 1)) / (sp.Rational(1, 3) * sp.Rational(-2, 3)),
+    "power_3": (T**3 - 1 - 3 * (T - 1)) / 6,
+}
+
+
+@pytest.fixture(scope="module")
+def custom():
+    return {k: mentored.Divergence.from_sympy(e, T, name=k) for k, e in CUSTOM.items()}
+
+
+def brute_dual(div, p, q, budget, lam, mu):
+    """g(λ, μ) with each per-token sup taken over a dense grid of t (a lower estimate of g)."""
+    # The kinks of min(t, r_i) and of tv's f lie on the grid: the sup can sit exactly there.
+    pos = p > 0
+    ts = np.sort(np.concatenate([[0.0, 1.0], q[pos] / p[pos], np.logspace(-7, 5, 200001)]))
+    with np.errstate(all="ignore"):
+        ft = div.f(ts)
+    total = lam * budget + mu
+    for pi_, qi in zip(p, q):
+        if pi_ > 0:
+            with np.errstate(all="ignore"):
+                vals = np.minimum(ts, qi / pi_) - mu * ts - lam * ft
+            total += pi_ * np.nanmax(vals)
+        else:
+            k = lam * div.f_inf + mu
+            total += qi * max(0.0, 1.0 - k) if k >= 0 else np.inf
+    return total
+
+
+@pytest.mark.parametrize("name", list(mentored.BUILTIN_NAMES) + list(CUSTOM))
+def test_closed_form_dual_equals_brute_force(name, custom, rng):
+    div = custom.get(name) or mentored.divergence(name)
+    for kind in ("dense", "top_k_target", "one_hot_draft"):
+        p, q = instance(kind, rng, n=8)
+        for lam, mu in ((0.7, 0.2), (2.0, -0.5), (0.3, 0.9), (5.0, 1.4)):
+            closed = dual_bound(p, q, div, 0.1, lam, mu)
+            brute = brute_dual(div, p, q, 0.1, lam, mu)
+            if brute > 1e3:  # the sup grows with the grid's end: unbounded, g = ∞
+                assert np.isinf(closed)
+                continue
+            # The grid can only miss the sup from below, by its resolution.
+            assert closed >= brute - 1e-9
+            assert_allclose(closed, brute, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_optimal_points_are_certified(name, rng):
+    for kind in KINDS:
+        p, q = instance(kind, rng)
+        for budget in budgets_for(name, p, q)[:-1]:
+            sol = mentored.solve(p, q, divergence=name, budget=budget)
+            cert = mentored.certify(p, q, sol.pi, name, budget)
+            assert cert.ok, (kind, budget, cert)
+            assert -1e-12 <= cert.gap <= 1e-7
+
+
+@pytest.mark.parametrize("name", list(mentored.BUILTIN_NAMES) + list(CUSTOM))
+def test_perturbed_suboptimal_and_infeasible_points_are_rejected(name, custom, rng):
+    div = custom.get(name) or mentored.divergence(name)
+    p, q = instance("dense", rng, n=25)
+    budget = 0.05
+    sol = mentored.solve(p, q, divergence=div, budget=budget)
+    assert mentored.certify(p, q, sol.pi, div, budget).ok
+    # Feasible (a convex combination with p) but 1e-3 of the way back to p: rejected by the gap.
+    sub = 0.999 * sol.pi + 0.001 * p
+    cert = mentored.certify(p, q, sub, div, budget)
+    assert not cert.ok and cert.gap > cert.tol and cert.budget_residual <= 0
+    # The optimum of a larger budget accepts more but is infeasible: rejected by the residual.
+    over = mentored.solve(p, q, divergence=div, budget=1.01 * budget).pi
+    cert = mentored.certify(p, q, over, div, budget)
+    assert not cert.ok and cert.budget_residual > cert.feas_tol
+    # Off the simplex.
+    cert = mentored.certify(p, q, sol.pi * (1 + 1e-6), div, budget)
+    assert not cert.ok and cert.simplex_residual > cert.feas_tol
+    # A wrong dual point gives a valid but loose bound.
+    cert = mentored.certify(p, q, sol.pi, div, budget, lam=2 * sol.lam, mu=sol.mu)
+    assert not cert.ok and cert.gap > 1e-6
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_budget_zero_and_non_binding_budgets(name, rng):
+    # λ = ∞ at ε = 0 and λ = 0 when the budget does not bind: the dual point is searched for.
+    for kind in ("dense", "top_k_target", "truncated_draft", "disjoint"):
+        p, q = instance(kind, rng)
+        assert mentored.certify(p, q, p, name, 0.0).ok
+        end = mentored.solve(p, q, divergence=name, budget=1e6)
+        assert mentored.certify(p, q, end.pi, name, 1e6).ok
+
+
+def test_certify_never_accepts_points_far_below_the_optimum(rng):
+    # Random feasible points: whenever certify accepts, acceptance is within tol of the optimum.
+    for name in ("kl", "hellinger", "tv"):
+        p, q = instance("dense", rng, n=10)
+        budget = 0.05
+        best = mentored.solve(p, q, divergence=name, budget=budget).acceptance
+        for w in np.linspace(0.0, 1.0, 11):
+            x = w * mentored.solve(p, q, divergence=name, budget=budget).pi + (1 - w) * p
+            cert = mentored.certify(p, q, x, name, budget)
+            assert cert.ok == (cert.acceptance >= best - cert.tol)
+
+
+@pytest.mark.parametrize("name", list(CUSTOM))
+def test_custom_divergence_matches_the_oracle(name, custom, rng):
+    div = custom[name]
+    for kind in ("dense", "top_k_target", "truncated_draft", "ties"):
+        p, q = instance(kind, rng, n=20)
+        for budget in (1e-3, 0.05, 0.3):
+            sol = mentored.solve(p, q, divergence=div, budget=budget)
+            o = oracle_solve(p, q, div, budget)
+            assert o.status in ("optimal", "optimal_inaccurate") and o.budget_excess <= 1e-8
+            assert_allclose(sol.acceptance, o.acceptance, rtol=0, atol=1e-7)
+            assert mentored.certify(p, q, sol.pi, div, budget).ok
+
+
+def test_oracle_refuses_a_generator_it_cannot_state():
+    with pytest.warns(mentored.NumericCheckWarning):
+        wiggle = mentored.Divergence.from_sympy((T - 1) ** 2 + sp.sin(T - 1) / 10, T, name="wiggle")
+    p, q = instance("dense", np.random.default_rng(0), n=5)
+    with pytest.raises(ValueError, match="no convex form"):
+        oracle_solve(p, q, wiggle, 0.1)
+
+
+def test_solve_check_runs_certificate_and_oracle(custom, rng, monkeypatch):
+    p, q = instance("dense", rng, n=30)
+    for div in ("kl", custom["triangular"]):
+        sol = mentored.solve(np.stack([p, q]), np.stack([q, p]), divergence=div, budget=[0.02, 0.1], check=True)
+        assert sol.pi.shape == (2, 30)
+    # A solver that returns a sub-optimal point is caught.
+    from mentored import _solve
+
+    real = _solve._finish
+
+    def worse(div, pi, res, binding, squeeze):
+        sol = real(div, pi, res, binding, squeeze)
+        import dataclasses
+
+        return dataclasses.replace(sol, pi=0.99 * sol.pi + 0.01 * p)
+
+    monkeypatch.setattr(_solve, "_finish", worse)
+    with pytest.raises(RuntimeError, match="certificate"):
+        mentored.solve(p, q, divergence="kl", budget=0.05, check=True)
