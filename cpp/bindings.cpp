@@ -14,6 +14,7 @@
 #include "mentored/generators.hpp"
 #include "mentored/path.hpp"
 #include "mentored/solve.hpp"
+#include "mentored/speculative.hpp"
 
 namespace py = pybind11;
 using namespace mentored;
@@ -61,7 +62,20 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
 struct PyF {
   py::object scalar;
   double f_inf;
+  py::object vec;  // optional: lets OneShot evaluate a whole bucket in one call
   double operator()(double t) const { return scalar(t).cast<double>(); }
+  void many(const double* t, std::size_t n, double* out) const {
+    if (!vec || vec.is_none()) {
+      for (std::size_t i = 0; i < n; ++i) out[i] = (*this)(t[i]);
+      return;
+    }
+    carray<double> arg(static_cast<py::ssize_t>(n));
+    std::copy(t, t + n, arg.mutable_data());
+    carray<double> vals = py::cast<carray<double>>(vec(arg));
+    if (vals.ndim() != 1 || static_cast<std::size_t>(vals.shape(0)) != n)
+      throw std::invalid_argument("the vectorised generator must return one value per ratio");
+    std::copy(vals.data(), vals.data() + n, out);
+  }
 };
 
 // Path::tabulate visits the ratios in a fixed order; the first pass records them, the Python
@@ -98,7 +112,8 @@ void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Tabl
   path.tabulate(replay, tab);
 }
 
-// Batched solve for a user generator: rows in sequence (the callables need the GIL).
+// Batched solve for a user generator: the one-shot solver of the built-ins, rows in sequence
+// (the callables need the GIL); f is evaluated a bucket at a time through `vec`.
 template <class T>
 py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
                        carray<double> values) {
@@ -111,42 +126,15 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
   carray<T> pi({rows, n});
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
-  const PyF f{scalar, f_inf};
-  Path path;
-  Table tab;
+  const PyF f{scalar, f_inf, vec};
+  OneShot row;
   for (std::size_t b = 0; b < rows; ++b) {
     const std::size_t o = b * n;
-    double* res = results.mutable_data() + b * kRowFields;
     RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
-    Status st = path.build(p.data() + o, q.data() + o, n);
-    if (st == Status::ok) {
-      tabulate_custom(path, vec, f_inf, tab);
-      // The table is filled; solve_row's own tabulate is replaced by the replay above, so the
-      // rest of solve_row is repeated here with the scalar functor.
-      const double s_max = path.s_max(f_inf);
-      Point x;
-      const double v = values.data()[b];
-      if (mode == 0) {
-        x = path.solve_budget(tab, f, v);
-      } else {
-        const double s = v - 1.0 + path.tv();
-        if (s > s_max + 1e-12) {
-          r.acceptance = 1.0 - path.tv() + s_max;
-          st = Status::unreachable;
-        } else {
-          x = path.at(std::min(std::max(s, 0.0), s_max));
-        }
-      }
-      if (st == Status::ok) {
-        r.s = x.s;
-        r.t_lo = x.t_lo;
-        r.t_hi = x.t_hi;
-        r.acceptance = path.build_pi(x, pi.mutable_data() + o);
-        r.divergence = path.divergence(tab, f, x);
-        r.s_max = s_max;
-      }
-    }
+    const Status st = solve_row(row, f, p.data() + o, q.data() + o, n, static_cast<Mode>(mode), values.data()[b],
+                                pi.mutable_data() + o, r);
     status.mutable_data()[b] = static_cast<int>(st);
+    double* res = results.mutable_data() + b * kRowFields;
     res[0] = r.s;
     res[1] = r.t_lo;
     res[2] = r.t_hi;
@@ -155,6 +143,39 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
     res[5] = r.s_max;
   }
   return py::make_tuple(pi, results, status);
+}
+
+// The speculative step (speculative.hpp): π, q [B, k, V]; draft [B, k]; bonus [B]; uniforms
+// [B, k, 2]. Returns (out [B, k + 1] int64, status [B]).
+template <class T>
+py::tuple speculative_step(carray<T> pi, carray<T> q, carray<std::int64_t> draft, carray<std::int64_t> bonus,
+                           carray<double> uniforms, int threads) {
+  if (pi.ndim() != 3 || q.ndim() != 3 || pi.shape(0) != q.shape(0) || pi.shape(1) != q.shape(1) ||
+      pi.shape(2) != q.shape(2))
+    throw std::invalid_argument("pi and draft probabilities must be (B, k, V) arrays of one shape");
+  const auto B = static_cast<std::size_t>(pi.shape(0)), k = static_cast<std::size_t>(pi.shape(1)),
+             V = static_cast<std::size_t>(pi.shape(2));
+  if (draft.ndim() != 2 || static_cast<std::size_t>(draft.shape(0)) != B || static_cast<std::size_t>(draft.shape(1)) != k)
+    throw std::invalid_argument("draft token ids must have shape (B, k)");
+  if (bonus.ndim() != 1 || static_cast<std::size_t>(bonus.shape(0)) != B)
+    throw std::invalid_argument("bonus token ids must have shape (B,)");
+  if (uniforms.ndim() != 3 || static_cast<std::size_t>(uniforms.shape(0)) != B ||
+      static_cast<std::size_t>(uniforms.shape(1)) != k || uniforms.shape(2) != 2)
+    throw std::invalid_argument("uniforms must have shape (B, k, 2)");
+  carray<std::int64_t> out({B, k + 1});
+  py::array_t<int> status(static_cast<py::ssize_t>(B));
+  {
+    const T* pp = pi.data();
+    const T* qq = q.data();
+    const std::int64_t* d = draft.data();
+    const std::int64_t* bo = bonus.data();
+    const double* u = uniforms.data();
+    std::int64_t* o = out.mutable_data();
+    int* st = status.mutable_data();
+    py::gil_scoped_release release;
+    speculative_batch(pp, qq, d, bo, u, B, k, V, threads, o, st);
+  }
+  return py::make_tuple(out, status);
 }
 
 // One row, many questions: the structure with its divergence tables cached by code.
@@ -264,6 +285,10 @@ PYBIND11_MODULE(_core, m) {
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
+  m.def("speculative_step", &speculative_step<double>, py::arg("pi"), py::arg("draft_probs"),
+        py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
+  m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
+        py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
   m.def(
       "generator_f_array",

@@ -20,6 +20,7 @@ References
 from ._solve import MentoredPath, Solution, solve
 from .certificate import Certificate, certify
 from .divergences import BUILTIN_NAMES, Divergence, divergence
+from .speculative import speculative_step
 from .symbolic import NumericCheckWarning
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "certify",
     "Certificate",
     "NumericCheckWarning",
+    "speculative_step",
 ]
 __version__ = "0.1.0"

@@ -159,3 +159,120 @@ def test_solve_check_runs_certificate_and_oracle(custom, rng, monkeypatch):
     monkeypatch.setattr(_solve, "_finish", worse)
     with pytest.raises(RuntimeError, match="certificate"):
         mentored.solve(p, q, divergence="kl", budget=0.05, check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rigorous mode: certify(..., exact=True)
+
+RATIONAL = {"tv", "chi2"}  # f and f* rational: no interval anywhere
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_exact_certificates_for_builtins(name, rng):
+    for kind in ("dense", "top_k_target", "truncated_draft"):
+        p, q = instance(kind, rng, n=30)
+        for budget in (1e-3, 0.05, 0.3):
+            # An active budget lands on ε up to rounding; a hair below it is provably feasible.
+            sol = mentored.solve(p, q, divergence=name, budget=budget * (1 - 1e-9))
+            cert = mentored.certify(p, q, sol.pi, name, budget, exact=True)
+            assert cert.ok, (kind, budget, cert)
+            assert 0 <= cert.gap <= 1e-8 and cert.budget_residual <= 0
+            assert cert.arithmetic == ("rational" if name in RATIONAL else "interval")
+            # Same dual point in floats: the two gaps agree (the exact one is the proof).
+            flt = mentored.certify(p, q, sol.pi, name, budget, lam=cert.lam, mu=cert.mu)
+            assert abs(cert.gap - flt.gap) <= 1e-9 and cert.dual_bound >= flt.dual_bound - 1e-12
+        # Budget 0: π = p itself (normalised exactly) is feasible and optimal.
+        assert mentored.certify(p, q, p, name, 0.0, exact=True).ok
+
+
+@pytest.mark.parametrize("name", ["kl", "chi2", "hellinger", "js"])
+def test_exact_rejects_suboptimal_infeasible_and_off_simplex_points(name, rng):
+    p, q = instance("dense", rng, n=25)
+    budget = 0.05
+    sol = mentored.solve(p, q, divergence=name, budget=budget * (1 - 1e-9))
+    assert mentored.certify(p, q, sol.pi, name, budget, exact=True).ok
+    sub = 0.999 * sol.pi + 0.001 * p
+    cert = mentored.certify(p, q, sub, name, budget, exact=True)
+    assert not cert.ok and cert.gap > cert.tol and cert.budget_residual <= 0
+    # Budget exceeded by 1e-9 relative: the float check accepts within feas_tol, the proof does not.
+    over = mentored.solve(p, q, divergence=name, budget=budget * (1 + 1e-9)).pi
+    assert mentored.certify(p, q, over, name, budget).ok
+    cert = mentored.certify(p, q, over, name, budget, exact=True)
+    assert not cert.ok and cert.budget_residual > 0 and cert.gap <= cert.tol
+    assert cert.budget_residual == pytest.approx(budget * 1e-9, rel=1e-3)
+    # Off the simplex: π̂ = π/Σπ is fine, but π is too far from it.
+    cert = mentored.certify(p, q, sol.pi * (1 + 1e-6), name, budget, exact=True)
+    assert not cert.ok and cert.simplex_residual > cert.feas_tol
+    # A wrong dual point gives a valid but loose bound.
+    cert = mentored.certify(p, q, sol.pi, name, budget, lam=2 * sol.lam, mu=sol.mu, exact=True)
+    assert not cert.ok and cert.gap > 1e-6
+
+
+def test_exact_mode_for_custom_generators(custom, rng):
+    p, q = instance("truncated_draft", rng, n=20)
+    for key in ("triangular", "alpha_1/3", "power_3"):  # conjugates solved symbolically
+        div = custom[key]
+        assert div.conjugate_expr is not None
+        for budget in (1e-3, 0.2):
+            sol = mentored.solve(p, q, divergence=div, budget=budget * (1 - 1e-9))
+            cert = mentored.certify(p, q, sol.pi, div, budget, exact=True)
+            assert cert.ok and cert.arithmetic == "interval", (key, budget, cert)
+            bad = mentored.certify(p, q, 0.99 * sol.pi + 0.01 * p, div, budget, exact=True)
+            assert not bad.ok and bad.gap > bad.tol
+    # jeffreys' conjugate needs Lambert W, which sympy does not return: only numeric, so refused.
+    div = custom["jeffreys"]
+    assert div.conjugate_expr is None
+    sol = mentored.solve(p, q, divergence=div, budget=0.05)
+    assert mentored.certify(p, q, sol.pi, div, 0.05).ok
+    with pytest.raises(NotImplementedError, match="only found numerically"):
+        mentored.certify(p, q, sol.pi, div, 0.05, exact=True)
+
+
+def _g_mp(name, p, q, eps, lam, mu):
+    """g(λ, μ) at 60 digits from the exact clipped sups (kl, js: closed-form maximisers)."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        F = lambda x: mpmath.mpf(x.numerator) / x.denominator  # noqa: E731
+        lam_, mu_ = F(lam), F(mu)
+        a, b = (1 - mu_) / lam_, -mu_ / lam_
+        if name == "kl":
+            f = lambda t: t * mpmath.log(t) if t > 0 else mpmath.mpf(0)  # noqa: E731
+            tstar = lambda y: mpmath.exp(y - 1)  # noqa: E731
+            conj = lambda y: mpmath.exp(y - 1)  # noqa: E731
+        else:  # js: f'(t) = ½ log(2t/(1+t)) = y ⟺ t = e^{2y}/(2 − e^{2y})
+            f = lambda t: (t * mpmath.log(2 * t / (1 + t)) + mpmath.log(2 / (1 + t))) / 2  # noqa: E731
+            tstar = lambda y: mpmath.exp(2 * y) / (2 - mpmath.exp(2 * y)) if 2 * y < mpmath.log(2) else mpmath.inf  # noqa: E731
+            conj = lambda y: -mpmath.log(2 - mpmath.exp(2 * y)) / 2  # noqa: E731
+        total = lam_ * F(eps) + mu_
+        for pi_, qi in zip(p, q):
+            r = F(qi) / F(pi_)
+            at_r = (1 - mu_) * r - lam_ * f(r)
+            A = lam_ * conj(a) if tstar(a) <= r else at_r
+            B = r + lam_ * conj(b) if tstar(b) >= r else at_r
+            total += F(pi_) * max(A, B)
+        return total
+
+
+@pytest.mark.parametrize("name", ["kl", "js"])
+def test_interval_dual_bound_is_an_upper_bound(name, rng):
+    from fractions import Fraction
+
+    import mpmath
+
+    p, q = instance("dense", rng, n=12)
+    sol = mentored.solve(p, q, divergence=name, budget=0.05)
+    # Exact binary p, q normalised as the rigorous mode does; several dual points, optimal and not.
+    P = [Fraction(v) for v in p.tolist()]
+    Q = [Fraction(v) for v in q.tolist()]
+    P, Q = [v / sum(P) for v in P], [v / sum(Q) for v in Q]
+    for lam, mu in ((sol.lam, sol.mu), (0.5 * sol.lam, sol.mu), (sol.lam, sol.mu + 0.01)):
+        lam, mu = Fraction(lam), Fraction(mu)
+        upper = mentored.certificate.dual_bound(p, q, name, 0.05, lam, mu, exact=True)
+        with mpmath.workdps(60):
+            ref = _g_mp(name, P, Q, Fraction(0.05), lam, mu)
+            up = mpmath.mpf(upper.numerator) / upper.denominator
+            # An upper bound (to the 60-digit reference's own accuracy), and a tight one (128-bit intervals).
+            assert up >= ref - mpmath.mpf(10) ** -55
+            assert up - ref <= mpmath.mpf(10) ** -30
+        assert float(upper) == pytest.approx(dual_bound(p, q, name, 0.05, float(lam), float(mu)), abs=1e-12)

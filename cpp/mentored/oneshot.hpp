@@ -24,6 +24,17 @@
 
 namespace mentored {
 
+// f at many ratios: one call of f.many when the functor has it (a user generator evaluated by
+// numpy), otherwise one call per ratio.
+template <class F>
+auto evaluate_many(const F& f, const double* t, std::size_t n, double* out, int) -> decltype(f.many(t, n, out), void()) {
+  f.many(t, n, out);
+}
+template <class F>
+void evaluate_many(const F& f, const double* t, std::size_t n, double* out, long) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = f(t[i]);
+}
+
 class OneShot {
  public:
   // Buckets: [0, kLower) hold r < 1 ascending (bucket 0: r < 2^-kOctaves, zeros included);
@@ -84,6 +95,15 @@ class OneShot {
   double bucket_f(const F& f, int k);  // Σ p f(r) over bucket k, cached
   template <class F>
   void bucket_fcum(const F& f, int k);  // cumulative Σ p f(r) inside sorted bucket k
+  template <class F>
+  void f_at(const F& f, int k) {  // f at the ratios of (filled) bucket k, into fvals_
+    const std::size_t m = start_[k + 1] - start_[k];
+    ratios_.resize(m);
+    fvals_.resize(m);
+    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[start_[k] + j].r;
+    evaluate_many(f, ratios_.data(), m, fvals_.data(), 0);
+  }
+  std::vector<double> ratios_, fvals_;  // scratch for f_at
   template <class F>
   double middle_lower(const F& f, int b);  // Σ p f(r) over lower buckets (b, kLower)
   template <class F>
@@ -290,8 +310,10 @@ template <class F>
 double OneShot::bucket_f(const F& f, int k) {
   if (std::isnan(F_[k])) {
     fill_bucket(k);
+    const std::size_t m = start_[k + 1] - start_[k];
+    f_at(f, k);
     double sum = 0.0;
-    for (std::size_t i = start_[k]; i < start_[k + 1]; ++i) sum += tokens_[i].p * f(tokens_[i].r);
+    for (std::size_t j = 0; j < m; ++j) sum += tokens_[start_[k] + j].p * fvals_[j];
     F_[k] = sum;
   }
   return F_[k];
@@ -302,15 +324,17 @@ void OneShot::bucket_fcum(const F& f, int k) {
   // The unclipped tokens of a threshold bucket are a suffix on the lower side and a prefix on the
   // upper side; summing in that direction keeps f(0) = ∞ (r = 0 is always clipped) out of them.
   if (fcum_ready_[k]) return;
+  f_at(f, k);
+  const std::size_t first = start_[k];
   double sum = 0.0;
   if (k < kLower) {
-    for (std::size_t i = start_[k + 1]; i-- > start_[k];) {
-      sum += tokens_[i].p * f(tokens_[i].r);
+    for (std::size_t i = start_[k + 1]; i-- > first;) {
+      sum += tokens_[i].p * fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [i, m)
     }
   } else {
-    for (std::size_t i = start_[k]; i < start_[k + 1]; ++i) {
-      sum += tokens_[i].p * f(tokens_[i].r);
+    for (std::size_t i = first; i < start_[k + 1]; ++i) {
+      sum += tokens_[i].p * fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [0, i]
     }
   }

@@ -1,0 +1,353 @@
+"""Quality study: when mentored decoding beats the target in log-loss (issue 7, MATH.md §6).
+
+    python benchmarks/quality_study.py [--out benchmarks/quality] [--rows 300] [--seed 0] [--no-text]
+
+Part 1, synthetic truths. A truth d = softmax(z), z ~ N(0, 2²) over n = 50 tokens; the target
+p = softmax(z + σ_A ξ_A) and the drafter q = softmax(z + σ_B ξ_B) err independently (ξ ~ N(0, 1)).
+For each (σ_A, σ_B) it measures the log-loss gain E_d[log π − log p] against the kl budget, the
+quality-optimal point (mentored.quality.quality_optimal_budget), and how often the edge
+d(U) − p(U) predicts the sign of the gain at a small budget.
+
+Part 2, approximation error. Median relative error of the small-budget formulas of MATH.md §6
+(A − (1 − TV), D_f at the exact s, gain) against the exact curve, for the seven divergences at
+ε = 1e-2 … 1e-6, on the σ_A = σ_B = 1 rows.
+
+Part 3, real text. The demo models (mentored.textlm.demo_models: a 6-gram target, a bigram drafter,
+characters of Python's bundled docs): held-out log-loss of π, p and q across budgets; per bucket of
+target entropy (cut on the validation split) the validation edge against the test gain; a gate that
+mentors only in buckets with a positive validation edge, at the validation-best budget.
+
+Writes synthetic_gain.png, edge_sign.png, approximation.png, text_logloss.png, text_edge.png and
+prints the tables quoted in docs/quality.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import mentored
+from mentored import quality as Q
+
+DIVS = mentored.BUILTIN_NAMES  # tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js
+SIGMAS_A = (0.5, 1.0)
+SIGMAS_B = (0.25, 0.5, 1.0, 2.0)
+N = 50
+KL_BUDGETS = np.geomspace(1e-5, 3.0, 40)
+APPROX_EPS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+
+
+def softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def synthetic_rows(rng, rows, sigma_a, sigma_b, n=N):
+    z = rng.normal(0.0, 2.0, size=(rows, n))
+    d = softmax(z)
+    p = softmax(z + sigma_a * rng.normal(size=(rows, n)))
+    q = softmax(z + sigma_b * rng.normal(size=(rows, n)))
+    return p, q, d
+
+
+def gains_vs_budget(p, q, d, div, budgets):
+    """(len(budgets), rows): the gain of every row at every budget (one batched solve per budget)."""
+    return np.array([Q.log_loss_gain(p, q, d, divergence=div, budget=b) for b in budgets])
+
+
+# ------------------------------------------------------------------------------------------------
+# Part 1
+
+
+def part_synthetic(rng, rows):
+    print("\n== Part 1: synthetic truths (n = 50; d = softmax(z), p, q = softmax(z + σ ξ)) ==")
+    head = (
+        f"{'σ_A':>4} {'σ_B':>5} | {'edge':>7} {'P(edge>0)':>9} | {'gain@ε=1e-3':>11} {'P(gain>0)':>9} "
+        f"{'sign agrees':>11} | {'best gain':>9} {'best ε_kl':>9} {'ΔA at best':>10} | {'gain π=q':>8}"
+    )
+    print(head)
+    print("-" * len(head))
+    curves, scatter = {}, {}
+    for sa in SIGMAS_A:
+        for sb in SIGMAS_B:
+            p, q, d = synthetic_rows(rng, rows, sa, sb)
+            e = Q.edge(p, q, d)
+            g_small = Q.log_loss_gain(p, q, d, divergence="kl", budget=1e-3)
+            g = gains_vs_budget(p, q, d, "kl", KL_BUDGETS)
+            best = [Q.quality_optimal_budget(p[r], q[r], d[r], divergence="kl") for r in range(rows)]
+            g_best = np.array([b.gain for b in best])
+            eps_best = np.array([b.budget for b in best])
+            d_acc = np.array([b.acceptance for b in best]) - (1 - 0.5 * np.abs(p - q).sum(axis=1))
+            g_q = np.sum(d * (np.log(q) - np.log(p)), axis=1)
+            agree = np.mean(np.sign(e) == np.sign(g_small))
+            curves[(sa, sb)] = g.mean(axis=1)
+            scatter[(sa, sb)] = (e, g_small)
+            print(
+                f"{sa:4.2f} {sb:5.2f} | {e.mean():7.4f} {np.mean(e > 0):9.2f} | {g_small.mean():11.5f} "
+                f"{np.mean(g_small > 0):9.2f} {agree:11.3f} | {g_best.mean():9.4f} {np.median(eps_best):9.4f} "
+                f"{d_acc.mean():10.4f} | {g_q.mean():8.4f}"
+            )
+    print("edge, gains: means over rows (nats); best = quality_optimal_budget per row (median ε_kl); "
+          "ΔA = acceptance gained over lossless there; gain π=q = E_d[log q − log p]")
+    return curves, scatter
+
+
+def plot_synthetic(curves, scatter, out):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, len(SIGMAS_A), figsize=(11, 4), sharey=True)
+    for k, sa in enumerate(SIGMAS_A):
+        for sb in SIGMAS_B:
+            ax[k].semilogx(KL_BUDGETS, curves[(sa, sb)], label=f"σ_B = {sb}")
+        ax[k].axhline(0, color="k", lw=0.8)
+        ax[k].set_title(f"target noise σ_A = {sa}")
+        ax[k].set_xlabel("kl budget ε")
+    ax[0].set_ylabel("mean log-loss gain E_d[log π − log p] (nats)")
+    ax[0].legend(title="drafter noise")
+    fig.suptitle("Synthetic truths: mentoring helps when the drafter is the better (or a different) guesser")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "synthetic_gain.png"), dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    for (sa, sb), (e, g) in scatter.items():
+        if sa == 1.0:
+            ax.scatter(e, g, s=6, alpha=0.5, label=f"σ_B = {sb}")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("edge d(U) − p(U)")
+    ax.set_ylabel("gain at kl budget 1e-3 (nats)")
+    ax.set_title("σ_A = 1: the edge predicts the sign of the small-budget gain")
+    ax.legend(markerscale=3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "edge_sign.png"), dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------
+# Part 2
+
+
+def part_approximation(rng, rows):
+    print("\n== Part 2: small-budget approximations vs the exact curve (σ_A = σ_B = 1, n = 50) ==")
+    print("median over rows of |approx − exact| / |exact| for A − (1 − TV) (= error of s), D_f(π(s)), gain")
+    p, q, d = synthetic_rows(rng, rows, 1.0, 1.0)
+    table = {}
+    head = f"{'divergence':>12} {'f″(1)':>6} {'quantity':>12} " + " ".join(f"{e:>9.0e}" for e in APPROX_EPS) + "  ratio/decade"
+    print(head)
+    print("-" * len(head))
+    lossless = 1 - 0.5 * np.abs(p - q).sum(axis=1)
+    for div in DIVS:
+        if div == "tv":
+            sols = [mentored.solve(p, q, divergence="tv", budget=e) for e in APPROX_EPS]
+            err = [np.median(np.abs((s.acceptance - lossless) - e) / e) for s, e in zip(sols, APPROX_EPS)]
+            print(f"{div:>12} {'—':>6} {'A−(1−TV)':>12} " + " ".join(f"{x:9.1e}" for x in err) + "  exact: A = 1 − TV + ε")
+            table[div] = {"A": err}
+            continue
+        rel = {"A": [], "D": [], "gain": []}
+        for e in APPROX_EPS:
+            sb = Q.small_budget(p, q, e, divergence=div, truth=d)
+            rel["A"].append(np.median(np.abs(sb.s - sb.s_exact) / sb.s_exact))
+            rel["D"].append(np.median(np.abs(sb.divergence - sb.divergence_exact) / sb.divergence_exact))
+            rel["gain"].append(np.median(np.abs(sb.gain - sb.gain_exact) / np.abs(sb.gain_exact)))
+        table[div] = rel
+        f2 = mentored.divergence(div).f2_at_1
+        for name, label in (("A", "A−(1−TV)"), ("D", "D_f"), ("gain", "gain")):
+            v = rel[name]
+            slope = (v[-2] / v[-1]) if v[-1] > 0 else float("nan")
+            print(f"{div if name == 'A' else '':>12} {f2 if name == 'A' else '':>6} {label:>12} "
+                  + " ".join(f"{x:9.1e}" for x in v) + f"  {slope:8.2f}")
+    print("ratio/decade: error at ε = 1e-5 over error at 1e-6; O(√ε) predicts √10 ≈ 3.16 (chi2: exact before "
+          "the first ratio breakpoint, so only rounding remains)")
+    return table
+
+
+def plot_approximation(table, out):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4))
+    eps = np.array(APPROX_EPS)
+    for k, (name, label) in enumerate((("A", "A − (1 − TV)  (i.e. s)"), ("D", "D_f at exact s"), ("gain", "log-loss gain"))):
+        for div, rel in table.items():
+            if name in rel and div != "tv":
+                ax[k].loglog(eps, np.maximum(rel[name], 1e-17), marker="o", ms=3, label=div)
+        ax[k].loglog(eps, 0.5 * np.sqrt(eps / eps[0]) * 0.1, "k--", lw=0.8, label="∝ √ε")
+        ax[k].set_title(f"relative error: {label}")
+        ax[k].set_xlabel("budget ε")
+    ax[0].legend(fontsize=7)
+    fig.suptitle("Small-budget approximations (MATH.md §6): error O(√ε); chi2 exact below the first breakpoint; tv exactly linear")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "approximation.png"), dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------
+# Part 3
+
+
+TEXT_BUDGETS = np.array([0.0, 1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0])
+TEXT_DIVS = ("tv", "kl", "reverse_kl", "hellinger", "js", "chi2", "neyman_chi2")
+BUCKETS = 10
+
+
+def entropy(p):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=1)
+
+
+def text_data(seed):
+    from mentored.textlm import demo_models
+
+    m = demo_models(seed)
+    split = {}
+    for name, ids in (("valid", m.valid), ("test", m.test)):
+        # position 0 has no context; both models give laws for every later position
+        p = m.target.probs_along(ids)[1:]
+        q = m.drafter.probs_along(ids)[1:]
+        split[name] = (p, q, ids[1:])
+    return m, split
+
+
+def part_text(seed):
+    print("\n== Part 3: real text — demo models (target 6-gram, drafter bigram, characters) ==")
+    t0 = time.time()
+    m, split = text_data(seed)
+    (pv, qv, yv), (pt, qt, yt) = split["valid"], split["test"]
+    rows = np.arange(yt.size)
+    nll_p = -np.mean(np.log(pt[rows, yt]))
+    nll_q = -np.mean(np.log(qt[rows, yt]))
+    print(f"V = {m.tokenizer.V}; valid {yv.size} chars, test {yt.size} chars (models + laws in {time.time() - t0:.1f} s)")
+    print(f"held-out log-loss (nats/char): target p {nll_p:.4f}, drafter q {nll_q:.4f}; "
+          f"lossless acceptance 1 − TV = {1 - 0.5 * np.abs(pt - qt).sum(axis=1).mean():.4f}")
+    print(f"edge d(U) − p(U), mean over positions: valid {Q.edge(pv, qv, yv).mean():+.5f}, test {Q.edge(pt, qt, yt).mean():+.5f}")
+
+    # Log-loss of π across budgets, all divergences.
+    head = f"{'divergence':>12} | " + " ".join(f"{b:>8g}" for b in TEXT_BUDGETS) + "   (test log-loss gain, nats/char ×1e3; acceptance)"
+    print(head)
+    print("-" * len(head))
+    logloss, accept = {}, {}
+    for div in TEXT_DIVS:
+        gains, accs = [], []
+        for b in TEXT_BUDGETS:
+            sol = mentored.solve(pt, qt, divergence=div, budget=b)
+            gains.append(np.mean(Q.log_loss_gain(pt, qt, yt, solution=sol)))
+            accs.append(np.mean(sol.acceptance))
+        logloss[div] = nll_p - np.array(gains)
+        accept[div] = np.array(accs)
+        print(f"{div:>12} | " + " ".join(f"{1e3 * g:+8.3f}" for g in gains))
+        print(f"{'':>12} | " + " ".join(f"{a:8.4f}" for a in accs))
+
+    # Buckets of target entropy: the validation edge against the test gain.
+    cuts = np.quantile(entropy(pv), np.linspace(0, 1, BUCKETS + 1)[1:-1])
+    bv, bt = np.digitize(entropy(pv), cuts), np.digitize(entropy(pt), cuts)
+    ev = Q.edge(pv, qv, yv)
+    print(f"\nPer bucket of target entropy H(p) (deciles cut on valid): validation edge vs test gain (kl)")
+    bud = TEXT_BUDGETS[1:]
+    sol_t = {b: Q.log_loss_gain(pt, qt, yt, divergence="kl", budget=b) for b in bud}
+    sol_v = {b: Q.log_loss_gain(pv, qv, yv, divergence="kl", budget=b) for b in bud}
+    head = f"{'bucket':>6} {'H range':>13} {'edge_val':>9} {'edge_test':>9} | " + " ".join(f"{b:>8g}" for b in bud) + "   (test gain ×1e3)"
+    print(head)
+    print("-" * len(head))
+    edges, tgains = [], []
+    agree = {b: 0 for b in bud}
+    edges_v = []
+    for k in range(BUCKETS):
+        mv, mt = bv == k, bt == k
+        e_val, e_test = ev[mv].mean(), Q.edge(pt[mt], qt[mt], yt[mt]).mean()
+        g = [sol_t[b][mt].mean() for b in bud]
+        for b, gb in zip(bud, g):
+            agree[b] += np.sign(gb) == np.sign(e_val)
+        edges.append(e_val)
+        edges_v.append(e_val)
+        tgains.append(g)
+        lo = -np.inf if k == 0 else cuts[k - 1]
+        hi = np.inf if k == BUCKETS - 1 else cuts[k]
+        print(f"{k:6d} {lo:6.2f}–{hi:<6.2f} {e_val:+9.4f} {e_test:+9.4f} | " + " ".join(f"{1e3 * x:+8.3f}" for x in g))
+    print("sign(validation edge) = sign(test gain), buckets out of " + str(BUCKETS) + ": "
+          + ", ".join(f"ε={b:g}: {agree[b]}" for b in bud))
+
+    # A gate from validation only: mentor in buckets with a positive validation edge, at the budget
+    # that maximises the bucket's validation gain; elsewhere verify losslessly (π = p).
+    gate_gain = np.zeros(yt.size)
+    chosen = []
+    for k in range(BUCKETS):
+        mv, mt = bv == k, bt == k
+        if edges_v[k] <= 0:
+            chosen.append(0.0)
+            continue
+        vg = [sol_v[b][mv].mean() for b in bud]
+        b = bud[int(np.argmax(vg))] if max(vg) > 0 else 0.0
+        chosen.append(b)
+        if b > 0:
+            gate_gain[mt] = sol_t[b][mt]
+    print(f"gate (validation-chosen kl budget per bucket: {', '.join(f'{c:g}' for c in chosen)}): "
+          f"test gain {1e3 * gate_gain.mean():+.3f} ×1e-3 nats/char "
+          f"(log-loss {nll_p - gate_gain.mean():.4f} vs target {nll_p:.4f})")
+    return dict(nll_p=nll_p, nll_q=nll_q, logloss=logloss, accept=accept, edges=np.array(edges),
+                tgains=np.array(tgains), bud=bud)
+
+
+def plot_text(res, out):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
+    x = np.where(TEXT_BUDGETS > 0, TEXT_BUDGETS, 3e-5)
+    for div, ll in res["logloss"].items():
+        ax[0].semilogx(x, ll, marker="o", ms=3, label=f"π ({div})")
+        ax[1].plot(res["accept"][div], ll, marker="o", ms=3, label=div)
+    for a in ax:
+        a.axhline(res["nll_p"], color="k", ls="--", lw=1, label="target p")
+    ax[0].axhline(res["nll_q"], color="gray", ls=":", lw=1, label="drafter q")
+    ax[0].set_xlabel("budget ε (0 plotted at 3e-5)")
+    ax[0].set_ylabel("held-out log-loss (nats/char)")
+    ax[0].legend(fontsize=7)
+    ax[1].set_xlabel("mean acceptance")
+    ax[1].set_title("log-loss against speed")
+    fig.suptitle("Demo models on held-out text: mentoring the 6-gram by the bigram costs log-loss at every budget")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "text_logloss.png"), dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    for j, b in enumerate(res["bud"][:5]):
+        ax.scatter(res["edges"], res["tgains"][:, j], s=14, label=f"kl ε = {b:g}")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("validation edge, per entropy bucket")
+    ax.set_ylabel("test gain (nats/char)")
+    ax.set_yscale("symlog", linthresh=1e-4)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "text_edge.png"), dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "quality"))
+    ap.add_argument("--rows", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-text", action="store_true", help="skip part 3 (the demo models)")
+    args = ap.parse_args()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    os.makedirs(args.out, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.time()
+    curves, scatter = part_synthetic(rng, args.rows)
+    plot_synthetic(curves, scatter, args.out)
+    table = part_approximation(rng, args.rows)
+    plot_approximation(table, args.out)
+    if not args.no_text:
+        res = part_text(args.seed)
+        plot_text(res, args.out)
+    print(f"\nfigures in {args.out}; {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

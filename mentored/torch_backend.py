@@ -1,0 +1,216 @@
+r"""Mentored verification in torch: the solve and the speculative step on any device.
+
+The same mathematics as the C++ core (MATH.md §3–4), written with sorts, prefix sums and a
+bisection over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
+CUDA) without a host round trip. Built-in divergences only; it is checked against
+:func:`mentored.solve` in the tests. torch is imported lazily by :func:`mentored.speculative_step`.
+
+On a row, with ratios :math:`r_i = q_i/p_i`,
+
+.. math::
+
+    t\,P_{r<t} - Q_{r<t} = \mathrm{TV}(p, q) - s \;\Rightarrow\; t_{lo}(s), \qquad
+    Q_{r>t} - t\,P_{r>t} = D_{up} - s \;\Rightarrow\; t_{hi}(s),
+
+both piecewise affine in :math:`t` with breakpoints at the sorted ratios, so each threshold is a
+count of breakpoints below a level and one division. :math:`D_f(\pi(s)\|p)` is nondecreasing in
+:math:`s`; the budget's :math:`s` is found by bisection (64 halvings in float64).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .divergences import BUILTIN_NAMES, divergence as _divergence
+from .speculative import check_step_inputs, step_budgets
+
+__all__ = ["solve", "speculative_step"]
+
+_LN2 = math.log(2.0)
+_INF = math.inf
+
+
+# Tilted generators f̃(t) = f(t) − f'(1)(t − 1) ≥ 0 (same D on the simplex, no cancellation),
+# with their f̃∞, as in cpp/mentored/generators.hpp.
+def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
+    if name == "tv":
+        return 0.5 * (t - 1).abs()
+    if name == "kl":
+        return torch.xlogy(t, t) - t + 1
+    if name == "reverse_kl":
+        return -torch.log(t) + t - 1
+    if name == "chi2":
+        return (t - 1) ** 2
+    if name == "neyman_chi2":
+        return (t - 1) ** 2 / t
+    if name == "hellinger":
+        return (t.sqrt() - 1) ** 2
+    if name == "js":
+        return 0.5 * (torch.xlogy(t, 2 * t / (1 + t)) + torch.log(2 / (1 + t)))
+    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+
+
+_F_INF_TILDE = {"tv": 0.5, "kl": _INF, "reverse_kl": 1.0, "chi2": _INF, "neyman_chi2": 1.0, "hellinger": 1.0, "js": 0.5 * _LN2}
+
+
+class _Rows:
+    """The sorted-ratio structure of a batch of rows (R, V), float64."""
+
+    def __init__(self, p: torch.Tensor, q: torch.Tensor):
+        self.p, self.q = p, q
+        pos = p > 0
+        self.pos = pos
+        # r = q/p; p = 0 tokens sit at +inf (q > 0) or at 1 (q = 0: they carry nothing).
+        r = torch.where(pos, q / torch.where(pos, p, torch.ones_like(p)), torch.where(q > 0, _INF, 1.0))
+        self.r = r
+        self.q0 = torch.where(pos, 0.0, q).sum(-1)
+        self.tv = (p - q).clamp(min=0).sum(-1)
+        self.d_up = self.tv - self.q0
+        zero = torch.zeros_like(p[:, :1])
+        # Lower side, ascending: g(r_j) = r_j P_{<j} − Q_{<j}, nondecreasing; t_lo solves g(t) = TV − s.
+        r_up, order = torch.sort(r, dim=-1)
+        ps, qs = p.gather(-1, order), q.gather(-1, order)
+        self.lo_r = r_up
+        self.lo_P = torch.cat([zero, ps.cumsum(-1)], -1)  # exclusive prefix sums, (R, V + 1)
+        self.lo_Q = torch.cat([zero, qs.cumsum(-1)], -1)
+        self.lo_g = torch.where(torch.isinf(r_up), _INF, r_up * self.lo_P[:, :-1] - self.lo_Q[:, :-1])
+        # Upper side, descending over p > 0: h(r_j) = Q_{<j} − r_j P_{<j}, nondecreasing in j; t_hi solves h(t) = D_up − s.
+        r_pos = torch.where(pos, r, 0.0)
+        r_dn, order = torch.sort(r_pos, dim=-1, descending=True)
+        ps, qs = p.gather(-1, order), torch.where(pos, q, 0.0).gather(-1, order)
+        self.hi_r = r_dn
+        self.hi_P = torch.cat([zero, ps.cumsum(-1)], -1)
+        self.hi_Q = torch.cat([zero, qs.cumsum(-1)], -1)
+        self.hi_h = self.hi_Q[:, :-1] - r_dn * self.hi_P[:, :-1]
+
+    def s_max(self, name: str) -> torch.Tensor:
+        return torch.minimum(self.tv, self.d_up) if math.isinf(_F_INF_TILDE[name]) else self.tv
+
+    def thresholds(self, s: torch.Tensor):
+        """(t_lo, t_hi) at s (R,), s in [0, TV]."""
+        c = (self.tv - s).clamp(min=0)
+        m = (self.lo_g < c[:, None]).sum(-1, keepdim=True)
+        P, Q = self.lo_P.gather(-1, m)[:, 0], self.lo_Q.gather(-1, m)[:, 0]
+        t_lo = torch.where(P > 0, (c + Q) / torch.where(P > 0, P, 1.0), 0.0)  # P = 0 only at s = TV: t_lo = 0
+        t_lo = torch.where(s <= 0, torch.ones_like(t_lo), t_lo.clamp(0.0, 1.0))
+        c2 = self.d_up - s
+        m = (self.hi_h <= c2[:, None]).sum(-1, keepdim=True)  # h is nondecreasing along the descending order
+        P, Q = self.hi_P.gather(-1, m)[:, 0], self.hi_Q.gather(-1, m)[:, 0]
+        t_hi = torch.where(P > 0, (Q - c2) / torch.where(P > 0, P, 1.0), _INF)
+        t_hi = torch.where(c2 <= 0, _INF, t_hi.clamp(min=1.0))
+        t_hi = torch.where(s <= 0, torch.ones_like(t_hi), t_hi)
+        return t_lo, t_hi
+
+    def pi(self, s: torch.Tensor) -> torch.Tensor:
+        t_lo, t_hi = self.thresholds(s)
+        body = self.p * torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
+        extra = (s - self.d_up).clamp(min=0) / torch.where(self.q0 > 0, self.q0, 1.0)
+        return torch.where(self.pos, body, self.q * extra[:, None])
+
+    def divergence(self, name: str, s: torch.Tensor) -> torch.Tensor:
+        t_lo, t_hi = self.thresholds(s)
+        t = torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
+        terms = torch.where(self.pos, self.p * _f_tilde(name, torch.where(self.pos, t, 1.0)), 0.0)
+        extra = (s - self.d_up).clamp(min=0)
+        f_inf = _F_INF_TILDE[name]
+        tail = torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
+        return terms.sum(-1) + tail
+
+
+def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0) -> torch.Tensor:
+    r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, in torch.
+
+    Rows must be distributions (checked to 1e-3). ``budget`` is a float or an (R,) tensor/array.
+    Returns :math:`\pi` in the dtype and on the device of ``target`` (computed in float64).
+    """
+    name = _divergence(divergence).name
+    if name not in BUILTIN_NAMES:
+        raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+    if target.ndim != 2 or target.shape != draft.shape:
+        raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
+    p, q = target.to(torch.float64), draft.to(torch.float64)
+    for nm, x in (("target", p), ("draft", q)):
+        if not bool(torch.isfinite(x).all()) or bool((x < 0).any()):
+            raise ValueError(f"{nm} must be finite and nonnegative")
+        sums = x.sum(-1)
+        if bool(((sums - 1).abs() > 1e-3).any()):
+            raise ValueError(f"{nm} rows must sum to 1 (tolerance 1e-3)")
+    p = p / p.sum(-1, keepdim=True)
+    q = q / q.sum(-1, keepdim=True)
+    R = p.shape[0]
+    eps = torch.as_tensor(np.broadcast_to(np.asarray(budget, dtype=np.float64), (R,)).copy(), device=p.device)
+    rows = _Rows(p, q)
+    s_hi = rows.s_max(name)
+    ok_end = rows.divergence(name, s_hi) <= eps
+    lo = torch.zeros_like(s_hi)
+    hi = s_hi.clone()
+    for _ in range(64):
+        mid = 0.5 * (lo + hi)
+        good = rows.divergence(name, mid) <= eps
+        lo = torch.where(good, mid, lo)
+        hi = torch.where(good, hi, mid)
+    s = torch.where(ok_end, s_hi, lo)
+    s = torch.where(eps <= 0, torch.zeros_like(s), s)
+    return rows.pi(s).to(target.dtype)
+
+
+def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The accept/residual rule of ``cpp/mentored/speculative.hpp`` on (B, k, V) tensors."""
+    B, k, V = q.shape
+    pi64, q64 = pi.to(torch.float64), q.to(torch.float64)
+    idx = draft.unsqueeze(-1)
+    pi_x, q_x = pi64.gather(-1, idx)[..., 0], q64.gather(-1, idx)[..., 0]
+    accept = u[..., 0] * q_x < pi_x  # (B, k)
+    residual = (pi64 - q64).clamp(min=0)
+    empty = residual.sum(-1, keepdim=True) <= 0
+    weights = torch.where(empty, pi64, residual)
+    cum = weights.cumsum(-1)
+    level = u[..., 1:2] * cum[..., -1:]
+    # the first i with cum_i > level and w_i > 0; past the end only by rounding: the last with mass
+    hit = (cum > level) & (weights > 0)
+    ar = torch.arange(V, device=q.device)
+    first = torch.where(hit, ar, V).min(-1).values
+    last = torch.where(weights > 0, ar, -1).max(-1).values
+    resampled = torch.where(first < V, first, last)
+    rejected = ~accept
+    any_rej = rejected.any(-1)
+    j_star = torch.where(any_rej, rejected.to(torch.int64).argmax(-1), k)  # first rejection, or k
+    pos = torch.arange(k + 1, device=q.device)
+    out = torch.full((B, k + 1), -1, dtype=torch.int64, device=q.device)
+    drafts = torch.cat([draft, torch.zeros_like(draft[:, :1])], -1)
+    out = torch.where(pos < j_star[:, None], drafts, out)
+    res_tok = resampled.gather(-1, j_star.clamp(max=max(k - 1, 0))[:, None])[:, 0] if k else bonus[:, 0]
+    at = pos == j_star[:, None]
+    out = torch.where(at & any_rej[:, None], res_tok[:, None], out)
+    out = torch.where(at & ~any_rej[:, None], bonus[:, :1].to(torch.int64), out)
+    return out
+
+
+def speculative_step(
+    target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None
+) -> torch.Tensor:
+    """:func:`mentored.speculative_step` for torch tensors, computed on their device."""
+    p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor)
+    device = p.device
+    B, k, V = q.shape
+    budgets = step_budgets(budget, B, k)
+    if uniforms is None:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
+        u = torch.rand((B, k, 2), generator=gen, device=device, dtype=torch.float64)
+    else:
+        u = torch.as_tensor(uniforms, dtype=torch.float64, device=device)
+        if tuple(u.shape) != (B, k, 2):
+            raise ValueError(f"uniforms must have shape (B, k, 2) = ({B}, {k}, 2), got {tuple(u.shape)}")
+        if not bool(((u >= 0) & (u < 1)).all()):
+            raise ValueError("uniforms must lie in [0, 1)")
+    bonus = bonus.to(device=device, dtype=torch.int64)
+    if k == 0:
+        return bonus.clone()
+    dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
+    q = q.to(dtype)
+    pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel())
+    return verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)

@@ -1,0 +1,187 @@
+"""speculative_step: the emitted law is π, acceptance is Σ min(π, q), vLLM's conventions, torch = numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy import stats
+
+import mentored
+from mentored.testing import KINDS, budgets_for, instance
+
+DIVS = ("tv", "kl", "hellinger")
+
+
+def _batch(rng, B, k, V, peaked=1.0):
+    p = rng.dirichlet(np.full(V, peaked), size=(B, k + 1))
+    q = rng.dirichlet(np.full(V, peaked), size=(B, k))
+    draft = np.array([[rng.choice(V, p=q[b, j]) for j in range(k)] for b in range(B)], dtype=np.int64)
+    bonus = np.array([[rng.choice(V, p=p[b, k])] for b in range(B)], dtype=np.int64)
+    return p, bonus, q, draft
+
+
+def _lossless(p, bonus, q, draft, u):
+    """Leviathan et al.'s rule written out directly from p, with the documented uniforms layout."""
+    B, k, V = q.shape
+    out = np.full((B, k + 1), -1, dtype=np.int64)
+    for b in range(B):
+        for j in range(k):
+            x = draft[b, j]
+            if u[b, j, 0] * q[b, j, x] < p[b, j, x]:
+                out[b, j] = x
+                continue
+            w = np.maximum(p[b, j] - q[b, j], 0.0)
+            out[b, j] = int(np.flatnonzero(np.cumsum(w) > u[b, j, 1] * w.sum())[0])
+            break
+        else:
+            out[b, k] = bonus[b, 0]
+    return out
+
+
+@pytest.mark.parametrize("div", DIVS)
+def test_emitted_law_is_pi_and_acceptance_is_sum_min(div, rng):
+    V, N = 6, 40_000
+    p = rng.dirichlet(np.ones(V))
+    q = rng.dirichlet(np.ones(V))
+    budget = 0.3 * float(mentored.divergence(div)(q, p)) if div != "tv" else 0.5 * float(np.abs(p - q).sum() / 2)
+    pi = mentored.solve(p, q, divergence=div, budget=budget).pi
+    P = np.broadcast_to(np.stack([p, p]), (N, 2, V))
+    Q = np.broadcast_to(q, (N, 1, V))
+    draft = rng.choice(V, size=(N, 1), p=q)
+    out = mentored.speculative_step(P, np.zeros((N, 1), np.int64), Q, draft, divergence=div, budget=budget, seed=11)
+    counts = np.bincount(out[:, 0], minlength=V)
+    # chi-square against π (fixed seeds: deterministic; the threshold is loose on purpose)
+    assert stats.chisquare(counts, N * pi).pvalue > 1e-4
+    accepted = out[:, 1] >= 0  # the bonus column is filled exactly when the draft was accepted
+    acc = float(np.sum(np.minimum(pi, q)))
+    sd = np.sqrt(acc * (1 - acc) / N)
+    assert abs(accepted.mean() - acc) < 5 * sd
+    assert acc > 1 - np.abs(p - q).sum() / 2  # the budget buys acceptance
+
+
+def test_conventions(rng):
+    B, k, V = 64, 5, 12
+    p, bonus, q, draft = _batch(rng, B, k, V)
+    out = mentored.speculative_step(p, bonus, q, draft, divergence="kl", budget=0.05, seed=0)
+    assert out.dtype == np.int64 and out.shape == (B, k + 1)
+    for b in range(B):
+        row = out[b]
+        neg = np.flatnonzero(row < 0)
+        if neg.size == 0:  # all accepted: drafts then bonus
+            assert_array_equal(row[:k], draft[b])
+            assert row[k] == bonus[b, 0]
+        else:
+            j = neg[0] - 1  # the first rejection
+            assert j >= 0 and np.all(row[neg[0] :] == -1)
+            assert_array_equal(row[:j], draft[b, :j])
+            assert 0 <= row[j] < V
+    assert np.any(out[:, k] >= 0) and np.any(out[:, k] < 0)
+
+
+def test_float32_and_zero_drafts(rng):
+    B, k, V = 8, 3, 10
+    p, bonus, q, draft = _batch(rng, B, k, V)
+    out = mentored.speculative_step(p.astype(np.float32), bonus, q.astype(np.float32), draft.astype(np.int32), budget=0.1, seed=1)
+    assert out.dtype == np.int64 and out.shape == (B, k + 1)
+    out0 = mentored.speculative_step(p[:, :1], bonus, q[:, :0], draft[:, :0], budget=0.1)
+    assert_array_equal(out0, bonus)
+
+
+@pytest.mark.parametrize("peaked", [0.1, 1.0])
+def test_budget_zero_is_lossless_decision_for_decision(peaked, rng):
+    B, k, V = 200, 4, 16
+    p, bonus, q, draft = _batch(rng, B, k, V, peaked)
+    u = rng.random((B, k, 2))
+    for div in mentored.BUILTIN_NAMES:
+        out = mentored.speculative_step(p, bonus, q, draft, divergence=div, budget=0.0, uniforms=u)
+        assert_array_equal(out, _lossless(p, bonus, q, draft, u))
+
+
+def test_a_budget_accepts_more_on_average(rng):
+    B, k, V = 400, 4, 16
+    p, bonus, q, draft = _batch(rng, B, k, V)
+    u = rng.random((B, k, 2))
+    accepted = [np.sum(mentored.speculative_step(p, bonus, q, draft, divergence="tv", budget=b, uniforms=u)[:, :k] == draft) for b in (0.0, 0.1, 1.0)]
+    # same uniforms: the acceptance test u q_x < π_x only gets easier as π moves toward q on drafted tokens
+    assert accepted[0] < accepted[1] < accepted[2]
+    assert accepted[2] == B * k  # budget ≥ TV: π = q accepts every draft
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        (lambda a: {**a, "draft_probs": a["draft_probs"][:, :, :-1]}, ValueError, "target_with_bonus_probs must have shape"),
+        (lambda a: {**a, "target_with_bonus_probs": a["target_with_bonus_probs"][:, :-1]}, ValueError, r"\(B, k \+ 1, V\)"),
+        (lambda a: {**a, "draft_token_ids": a["draft_token_ids"][:, :-1]}, ValueError, "draft_token_ids must have shape"),
+        (lambda a: {**a, "bonus_token_ids": a["bonus_token_ids"][:, 0]}, ValueError, "bonus_token_ids must have shape"),
+        (lambda a: {**a, "draft_token_ids": a["draft_token_ids"] + 100}, ValueError, r"must lie in \[0, V\)"),
+        (lambda a: {**a, "draft_token_ids": a["draft_token_ids"].astype(float)}, TypeError, "integer token ids"),
+        (lambda a: {**a, "draft_probs": a["draft_probs"].astype(np.float16)}, TypeError, "half precision"),
+        (lambda a: {**a, "draft_probs": a["draft_probs"][0]}, ValueError, r"draft_probs must have shape \(B, k, V\)"),
+        (lambda a: {**a, "uniforms": np.zeros((2, 3, 1))}, ValueError, "uniforms must have shape"),
+        (lambda a: {**a, "uniforms": np.ones((2, 3, 2))}, ValueError, r"uniforms must lie in \[0, 1\)"),
+        (lambda a: {**a, "budget": -1.0}, ValueError, "budget must be nonnegative"),
+        (lambda a: {**a, "budget": np.zeros(5)}, ValueError, "budget must broadcast"),
+        (lambda a: {**a, "draft_probs": 2 * a["draft_probs"]}, ValueError, "rows must sum to 1"),
+    ],
+)
+def test_bad_input_is_refused_clearly(change, error, match, rng):
+    p, bonus, q, draft = _batch(rng, 2, 3, 5)
+    args = dict(target_with_bonus_probs=p, bonus_token_ids=bonus, draft_probs=q, draft_token_ids=draft, budget=0.1)
+    with pytest.raises(error, match=match):
+        mentored.speculative_step(**change(args))
+
+
+def test_core_refuses_bad_ids_and_shapes():
+    pi = np.full((1, 1, 2), 0.5)
+    u = np.zeros((1, 1, 2))
+    out, status = mentored._core.speculative_step(pi, pi, np.array([[5]]), np.array([0]), u, 1)
+    assert status[0] == 1
+    with pytest.raises(ValueError, match="uniforms"):
+        mentored._core.speculative_step(pi, pi, np.array([[0]]), np.array([0]), np.zeros((1, 2)), 1)
+
+
+# ---- torch -------------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
+from mentored import torch_backend  # noqa: E402
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_torch_solve_matches_core(kind, rng):
+    for _ in range(2):
+        p, q = instance(kind, rng, 40)
+        for div in mentored.BUILTIN_NAMES:
+            budgets = np.array(budgets_for(div, p, q))
+            ref = mentored.solve(np.tile(p, (budgets.size, 1)), np.tile(q, (budgets.size, 1)), divergence=div, budget=budgets).pi
+            rows = torch.tensor(p).expand(budgets.size, -1), torch.tensor(q).expand(budgets.size, -1)
+            got = torch_backend.solve(*rows, divergence=div, budget=budgets)
+            assert_allclose(got.numpy(), ref, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("div", DIVS)
+def test_torch_and_numpy_agree_given_uniforms(div, dtype, rng):
+    B, k, V = 50, 4, 20
+    p, bonus, q, draft = _batch(rng, B, k, V, 0.3)
+    p, q = p.astype(dtype), q.astype(dtype)
+    u = rng.random((B, k, 2))
+    for budget in (0.0, 0.02, 0.2):
+        ref = mentored.speculative_step(p, bonus, q, draft, divergence=div, budget=budget, uniforms=u)
+        got = mentored.speculative_step(
+            torch.tensor(p), torch.tensor(bonus), torch.tensor(q), torch.tensor(draft), divergence=div, budget=budget, uniforms=torch.tensor(u)
+        )
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.int64 and got.device == torch.tensor(p).device
+        assert_array_equal(got.numpy(), ref)
+
+
+def test_torch_seeded_and_bad_input(rng):
+    p, bonus, q, draft = (torch.tensor(x) for x in _batch(rng, 4, 3, 8))
+    a = mentored.speculative_step(p, bonus, q, draft, budget=0.1, seed=3)
+    b = mentored.speculative_step(p, bonus, q, draft, budget=0.1, seed=3)
+    assert torch.equal(a, b) and a.shape == (4, 4)
+    with pytest.raises(ValueError, match="draft_token_ids must have shape"):
+        mentored.speculative_step(p, bonus, q, draft[:, :2], budget=0.1)
+    with pytest.raises(TypeError, match="integer token ids"):
+        mentored.speculative_step(p, bonus, q, draft.double(), budget=0.1)
