@@ -46,11 +46,13 @@ def softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def synthetic_rows(rng, rows, sigma_a, sigma_b, n=N):
+def synthetic_rows(rng, rows, sigma_a, sigma_b, n=N, copy=False):
+    """(p, q, d); ``copy``: the drafter is a noisier copy of the target (q = softmax(z + σ_A ξ_A + σ_B ξ_B))."""
     z = rng.normal(0.0, 2.0, size=(rows, n))
     d = softmax(z)
-    p = softmax(z + sigma_a * rng.normal(size=(rows, n)))
-    q = softmax(z + sigma_b * rng.normal(size=(rows, n)))
+    za = z + sigma_a * rng.normal(size=(rows, n))
+    p = softmax(za)
+    q = softmax((za if copy else z) + sigma_b * rng.normal(size=(rows, n)))
     return p, q, d
 
 
@@ -66,15 +68,15 @@ def gains_vs_budget(p, q, d, div, budgets):
 def part_synthetic(rng, rows):
     print("\n== Part 1: synthetic truths (n = 50; d = softmax(z), p, q = softmax(z + σ ξ)) ==")
     head = (
-        f"{'σ_A':>4} {'σ_B':>5} | {'edge':>7} {'P(edge>0)':>9} | {'gain@ε=1e-3':>11} {'P(gain>0)':>9} "
+        f"{'drafter':>7} {'σ_A':>4} {'σ_B':>5} | {'edge':>7} {'P(edge>0)':>9} | {'gain@ε=1e-3':>11} {'P(gain>0)':>9} "
         f"{'sign agrees':>11} | {'best gain':>9} {'best ε_kl':>9} {'ΔA at best':>10} | {'gain π=q':>8}"
     )
     print(head)
     print("-" * len(head))
     curves, scatter = {}, {}
-    for sa in SIGMAS_A:
-        for sb in SIGMAS_B:
-            p, q, d = synthetic_rows(rng, rows, sa, sb)
+    for copy, sa, sb in [(False, a, b) for a in SIGMAS_A for b in SIGMAS_B] + [(True, 1.0, b) for b in SIGMAS_B]:
+        if True:
+            p, q, d = synthetic_rows(rng, rows, sa, sb, copy=copy)
             e = Q.edge(p, q, d)
             g_small = Q.log_loss_gain(p, q, d, divergence="kl", budget=1e-3)
             g = gains_vs_budget(p, q, d, "kl", KL_BUDGETS)
@@ -84,39 +86,43 @@ def part_synthetic(rng, rows):
             d_acc = np.array([b.acceptance for b in best]) - (1 - 0.5 * np.abs(p - q).sum(axis=1))
             g_q = np.sum(d * (np.log(q) - np.log(p)), axis=1)
             agree = np.mean(np.sign(e) == np.sign(g_small))
-            curves[(sa, sb)] = g.mean(axis=1)
-            scatter[(sa, sb)] = (e, g_small)
+            curves[(copy, sa, sb)] = g.mean(axis=1)
+            scatter[(copy, sa, sb)] = (e, g_small)
             print(
-                f"{sa:4.2f} {sb:5.2f} | {e.mean():7.4f} {np.mean(e > 0):9.2f} | {g_small.mean():11.5f} "
+                f"{'copy' if copy else 'indep':>7} {sa:4.2f} {sb:5.2f} | {e.mean():7.4f} {np.mean(e > 0):9.2f} | {g_small.mean():11.5f} "
                 f"{np.mean(g_small > 0):9.2f} {agree:11.3f} | {g_best.mean():9.4f} {np.median(eps_best):9.4f} "
                 f"{d_acc.mean():10.4f} | {g_q.mean():8.4f}"
             )
     print("edge, gains: means over rows (nats); best = quality_optimal_budget per row (median ε_kl); "
-          "ΔA = acceptance gained over lossless there; gain π=q = E_d[log q − log p]")
+          "ΔA = acceptance gained over lossless there; gain π=q = E_d[log q − log p];\n"
+          "indep: q = softmax(z + σ_B ξ_B) errs independently of p; copy: q = softmax(z + σ_A ξ_A + σ_B ξ_B) is a noisier copy of p")
     return curves, scatter
 
 
 def plot_synthetic(curves, scatter, out):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, len(SIGMAS_A), figsize=(11, 4), sharey=True)
-    for k, sa in enumerate(SIGMAS_A):
+    panels = [(False, sa, f"independent drafter, target noise σ_A = {sa}") for sa in SIGMAS_A]
+    panels.append((True, 1.0, "drafter = noisier copy of the target (σ_A = 1)"))
+    fig, ax = plt.subplots(1, len(panels), figsize=(15, 4), sharey=True)
+    for k, (copy, sa, title) in enumerate(panels):
         for sb in SIGMAS_B:
-            ax[k].semilogx(KL_BUDGETS, curves[(sa, sb)], label=f"σ_B = {sb}")
+            ax[k].semilogx(KL_BUDGETS, curves[(copy, sa, sb)], label=f"σ_B = {sb}")
         ax[k].axhline(0, color="k", lw=0.8)
-        ax[k].set_title(f"target noise σ_A = {sa}")
+        ax[k].set_title(title, fontsize=9)
         ax[k].set_xlabel("kl budget ε")
     ax[0].set_ylabel("mean log-loss gain E_d[log π − log p] (nats)")
     ax[0].legend(title="drafter noise")
-    fig.suptitle("Synthetic truths: mentoring helps when the drafter is the better (or a different) guesser")
+    ax[2].set_ylim(-0.3, 0.45)
+    fig.suptitle("Synthetic truths: mentoring helps when the drafter errs differently from the target, not when it is a degraded copy")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "synthetic_gain.png"), dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for (sa, sb), (e, g) in scatter.items():
-        if sa == 1.0:
-            ax.scatter(e, g, s=6, alpha=0.5, label=f"σ_B = {sb}")
+    for (copy, sa, sb), (e, g) in scatter.items():
+        if sa == 1.0 and sb in (0.5, 2.0):
+            ax.scatter(e, g, s=6, alpha=0.5, label=f"{'copy' if copy else 'independent'}, σ_B = {sb}")
     ax.axhline(0, color="k", lw=0.8)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("edge d(U) − p(U)")

@@ -207,7 +207,7 @@ _TIGHT = {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10, "max_it
 # Both scalings at tight tolerance; the looser runs only if neither gives a usable point.
 _ATTEMPTS = (
     (("ratio", "CLARABEL", _TIGHT), ("mass", "CLARABEL", _TIGHT)),
-    (("ratio", "CLARABEL", {}), ("mass", "CLARABEL", {}), ("mass", "SCS", {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200000})),
+    (("ratio", "CLARABEL", {}), ("mass", "CLARABEL", {}), ("mass", "SCS", {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 20000, "time_limit_secs": 20.0})),
 )
 _USABLE = ("optimal", "optimal_inaccurate")
 

@@ -66,7 +66,8 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
   {
-    OneShot row;
+    // One per thread, kept across calls: its buffers are then allocated (and page-faulted) once.
+    static thread_local OneShot row;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
