@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -134,13 +135,7 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
     const Status st = solve_row(row, f, p.data() + o, q.data() + o, n, static_cast<Mode>(mode), values.data()[b],
                                 pi.mutable_data() + o, r);
     status.mutable_data()[b] = static_cast<int>(st);
-    double* res = results.mutable_data() + b * kRowFields;
-    res[0] = r.s;
-    res[1] = r.t_lo;
-    res[2] = r.t_hi;
-    res[3] = r.acceptance;
-    res[4] = r.divergence;
-    res[5] = r.s_max;
+    r.store(results.mutable_data() + b * kRowFields);
   }
   return py::make_tuple(pi, results, status);
 }
@@ -217,19 +212,7 @@ class PyPath {
   }
 
   carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets) const {
-    const PyF f{scalar, tab.f_inf};
-    const auto k = static_cast<std::size_t>(budgets.size());
-    carray<double> out({k, static_cast<std::size_t>(4)});
-    const double* b = budgets.data();
-    double* o = out.mutable_data();
-    for (std::size_t i = 0; i < k; ++i) {
-      const Point x = path_.solve_budget(tab, f, b[i]);
-      o[4 * i + 0] = x.s;
-      o[4 * i + 1] = x.t_lo;
-      o[4 * i + 2] = x.t_hi;
-      o[4 * i + 3] = path_.divergence(tab, f, x);
-    }
-    return out;
+    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false);  // the callable needs the GIL
   }
 
   double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
@@ -238,14 +221,19 @@ class PyPath {
 
   // s, t_lo, t_hi, D for each budget; the table is built once.
   carray<double> frontier(int code, carray<double> budgets) const {
-    const BuiltinF f(generator(code));
-    const Table& tab = table(code);
+    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true);
+  }
+
+ private:
+  template <class F>
+  carray<double> frontier_of(const Table& tab, const F& f, carray<double> budgets, bool release_gil) const {
     const auto k = static_cast<std::size_t>(budgets.size());
     carray<double> out({k, static_cast<std::size_t>(4)});
     const double* b = budgets.data();
     double* o = out.mutable_data();
     {
-      py::gil_scoped_release release;
+      std::optional<py::gil_scoped_release> release;  // reacquired before `out` is touched again
+      if (release_gil) release.emplace();
       for (std::size_t i = 0; i < k; ++i) {
         const Point x = path_.solve_budget(tab, f, b[i]);
         o[4 * i + 0] = x.s;
@@ -257,7 +245,6 @@ class PyPath {
     return out;
   }
 
- private:
   const Table& table(int code) const {
     const Generator g = generator(code);
     if (!ready_[code]) {

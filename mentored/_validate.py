@@ -8,13 +8,21 @@ import numpy as np
 _SUM_RTOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-6}
 
 
+_HALF = ("float16", "half", "bfloat16")
+
+
 def as_distribution(x, name: str) -> np.ndarray:
     """``x`` as a float32/float64 ndarray of shape (n,) or (B, n), finite and nonnegative."""
+    # Half precision is refused by name before numpy sees it: torch's bfloat16 tensors do not
+    # convert at all (numpy has no such type), and a clear message beats numpy's.
+    half = str(getattr(x, "dtype", "")).rsplit(".", 1)[-1]
+    if half in _HALF or half.startswith("float8"):
+        raise TypeError(f"{name} has dtype {half}; cast it to float32 or float64 (half precision is not supported)")
     try:
         a = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
         raise TypeError(f"{name} is not an array of numbers: {exc}") from None
-    if a.dtype == np.float16 or a.dtype.name in ("bfloat16", "float8"):
+    if a.dtype == np.float16 or a.dtype.name in _HALF or a.dtype.name.startswith("float8"):
         raise TypeError(f"{name} has dtype {a.dtype}; cast it to float32 or float64 (half precision is not supported)")
     if a.dtype.kind in "iu":
         a = a.astype(np.float64)
@@ -40,7 +48,16 @@ def check_sums(a: np.ndarray, name: str, normalize: bool) -> np.ndarray:
     if zero.size:
         raise ValueError(f"{name} has all-zero rows: {_rows(zero)}")
     if normalize:
-        return (a / sums[..., None]).astype(a.dtype, copy=False) if a.ndim == 2 else (a / sums).astype(a.dtype, copy=False)
+        if a.dtype == np.float32:
+            # Left as given: both cores divide each row by its float64 sum, and dividing here would
+            # round the normalised p to float32 first, so that π would answer a p that is off the
+            # float64-normalised one by an ulp per entry (docs/reliability.md).
+            return a
+        if not np.all(np.isfinite(sums)):
+            # Finite entries whose sum overflows (near 1e308): scale each row by its maximum first.
+            a = a / a.max(axis=-1, keepdims=True)
+            sums = a.sum(axis=-1, dtype=np.float64)
+        return a / sums[..., None] if a.ndim == 2 else a / sums
     rtol = _SUM_RTOL[a.dtype]
     off = np.flatnonzero(np.abs(np.atleast_1d(sums) - 1.0) > rtol)
     if off.size:

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "generators.hpp"
@@ -33,6 +34,30 @@ auto evaluate_many(const F& f, const double* t, std::size_t n, double* out, int)
 template <class F>
 void evaluate_many(const F& f, const double* t, std::size_t n, double* out, long) {
   for (std::size_t i = 0; i < n; ++i) out[i] = f(t[i]);
+}
+
+// π_i in the output type. float64: as is. float32: not to nearest but toward p_i, so that each
+// term p_i f(π_i/p_i) moves toward f(1) = 0 and rounding cannot push D_f(π‖p) past the budget the
+// float64 π met (docs/reliability.md): the float32 neighbour of v on p_i's side when one lies in
+// [min(v, p_i), max(v, p_i)], otherwise (v and p_i in one float32 gap) the neighbour nearer p_i,
+// never 0 in place of a p_i > 0 above half the smallest denormal, where f(0) may be ∞.
+template <class U>
+inline U round_toward(double v, double) {
+  return static_cast<U>(v);
+}
+template <>
+inline float round_toward<float>(double v, double a) {
+  const float r = static_cast<float>(v);
+  const double rd = static_cast<double>(r);
+  if (v >= a ? rd <= v : rd >= v) {
+    if (v >= a ? rd >= a : rd <= a) return r;  // same side of v as p_i, and not past p_i
+  }
+  // The two float32 neighbours of v.
+  const float lo = rd <= v ? r : std::nextafter(r, 0.0f);
+  const float hi = rd >= v ? r : std::nextafter(r, std::numeric_limits<float>::infinity());
+  const float inner = v >= a ? lo : hi;  // the neighbour on p_i's side
+  if (v >= a ? static_cast<double>(inner) >= a : static_cast<double>(inner) <= a) return inner;
+  return a - static_cast<double>(lo) <= static_cast<double>(hi) - a ? lo : hi;
 }
 
 class OneShot {
@@ -191,6 +216,9 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   sq_ = sq;
   if (bad) return Status::bad_value;
   if (!(sp_ > 0.0) || !(sq_ > 0.0)) return Status::zero_row;
+  // Finite entries can still sum past DBL_MAX (float64 rows near 1e308, fed to the core directly):
+  // 1/∞ = 0 would zero every ratio and solve a row that is not the input. Refuse it instead.
+  if (!(sp_ < kInf) || !(sq_ < kInf)) return Status::bad_value;
 
   // Scaling by a reciprocal (one rounding more than dividing) keeps divisions out of the passes;
   // build_pi scales the same way, so the row is the same normalised row throughout.
@@ -477,7 +505,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out) const {
     const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
     const double v = a == 0.0 ? b * z : clipped;
     accepted += std::min(v, b);
-    out[i] = static_cast<U>(v);
+    out[i] = round_toward<U>(v, a);
   }
   return accepted;
 }

@@ -116,6 +116,8 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
     sq += b;
   }
   if (!(sp > 0.0) || !(sq > 0.0)) return Status::zero_row;
+  // Finite entries can sum past DBL_MAX; x/∞ = 0 would silently build a different row.
+  if (!(sp < kInf) || !(sq < kInf)) return Status::bad_value;
 
   p_.resize(n);
   q_.resize(n);

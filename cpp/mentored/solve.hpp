@@ -26,6 +26,14 @@ enum class Mode : int {
 // Per-row scalars, in this order in the (B, 6) result block.
 struct RowResult {
   double s, t_lo, t_hi, acceptance, divergence, s_max;
+  void store(double* res) const {
+    res[0] = s;
+    res[1] = t_lo;
+    res[2] = t_hi;
+    res[3] = acceptance;
+    res[4] = divergence;
+    res[5] = s_max;
+  }
 };
 constexpr int kRowFields = 6;
 
@@ -76,13 +84,7 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
       RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
       const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r);
       status[b] = static_cast<int>(st);
-      double* res = results + static_cast<std::size_t>(b) * kRowFields;
-      res[0] = r.s;
-      res[1] = r.t_lo;
-      res[2] = r.t_hi;
-      res[3] = r.acceptance;
-      res[4] = r.divergence;
-      res[5] = r.s_max;
+      r.store(results + static_cast<std::size_t>(b) * kRowFields);
     }
   }
   (void)threads;
