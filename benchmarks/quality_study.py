@@ -251,7 +251,7 @@ def part_text(seed):
     cuts = np.quantile(entropy(pv), np.linspace(0, 1, BUCKETS + 1)[1:-1])
     bv, bt = np.digitize(entropy(pv), cuts), np.digitize(entropy(pt), cuts)
     ev = Q.edge(pv, qv, yv)
-    print(f"\nPer bucket of target entropy H(p) (deciles cut on valid): validation edge vs test gain (kl)")
+    print("\nPer bucket of target entropy H(p) (deciles cut on valid): validation edge vs test gain (kl)")
     bud = TEXT_BUDGETS[1:]
     sol_t = {b: Q.log_loss_gain(pt, qt, yt, divergence="kl", budget=b) for b in bud}
     sol_v = {b: Q.log_loss_gain(pv, qv, yv, divergence="kl", budget=b) for b in bud}
@@ -260,7 +260,6 @@ def part_text(seed):
     print("-" * len(head))
     edges, tgains = [], []
     agree = {b: 0 for b in bud}
-    edges_v = []
     for k in range(BUCKETS):
         mv, mt = bv == k, bt == k
         e_val, e_test = ev[mv].mean(), Q.edge(pt[mt], qt[mt], yt[mt]).mean()
@@ -268,7 +267,6 @@ def part_text(seed):
         for b, gb in zip(bud, g):
             agree[b] += np.sign(gb) == np.sign(e_val)
         edges.append(e_val)
-        edges_v.append(e_val)
         tgains.append(g)
         lo = -np.inf if k == 0 else cuts[k - 1]
         hi = np.inf if k == BUCKETS - 1 else cuts[k]
@@ -282,7 +280,7 @@ def part_text(seed):
     chosen = []
     for k in range(BUCKETS):
         mv, mt = bv == k, bt == k
-        if edges_v[k] <= 0:
+        if edges[k] <= 0:
             chosen.append(0.0)
             continue
         vg = [sol_v[b][mv].mean() for b in bud]

@@ -38,26 +38,31 @@ void evaluate_many(const F& f, const double* t, std::size_t n, double* out, long
 
 // π_i in the output type. float64: as is. float32: not to nearest but toward p_i, so that each
 // term p_i f(π_i/p_i) moves toward f(1) = 0 and rounding cannot push D_f(π‖p) past the budget the
-// float64 π met (docs/reliability.md): the float32 neighbour of v on p_i's side when one lies in
-// [min(v, p_i), max(v, p_i)], otherwise (v and p_i in one float32 gap) the neighbour nearer p_i,
-// never 0 in place of a p_i > 0 above half the smallest denormal, where f(0) may be ∞.
-template <class U>
-inline U round_toward(double v, double) {
-  return static_cast<U>(v);
+// float64 π met (docs/reliability.md): the float32 neighbour of v on p_i's side when it is not past
+// p_i (by convexity its term is no larger than v's). Otherwise v and p_i share one gap between
+// float32 neighbours lo < hi: for a normal p_i the one nearer p_i (its term is O(p_i·2⁻⁴⁶));
+// below FLT_MIN, where the gap is wide relative to p_i (p_i may even lie below the smallest
+// denormal), the one whose term p_i f(x/p_i) is smaller, since f(0) = ∞ forbids 0 for some f and
+// a large f(x/p_i) forbids the denormal for others. `smaller_at_lo(lo, hi)` decides that.
+// Chosen by the type of the output pointer.
+template <class G>
+inline double round_toward(double v, double, const G&, double*) {
+  return v;
 }
-template <>
-inline float round_toward<float>(double v, double a) {
+template <class G>
+inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
   const float r = static_cast<float>(v);
   const double rd = static_cast<double>(r);
-  if (v >= a ? rd <= v : rd >= v) {
-    if (v >= a ? rd >= a : rd <= a) return r;  // same side of v as p_i, and not past p_i
-  }
-  // The two float32 neighbours of v.
+  const bool down = v >= a;  // π at or above p: round down, toward p
+  if ((down ? rd <= v : rd >= v) && (down ? rd >= a : rd <= a)) return r;
   const float lo = rd <= v ? r : std::nextafter(r, 0.0f);
   const float hi = rd >= v ? r : std::nextafter(r, std::numeric_limits<float>::infinity());
-  const float inner = v >= a ? lo : hi;  // the neighbour on p_i's side
-  if (v >= a ? static_cast<double>(inner) >= a : static_cast<double>(inner) <= a) return inner;
-  return a - static_cast<double>(lo) <= static_cast<double>(hi) - a ? lo : hi;
+  const float inner = down ? lo : hi;
+  if (down ? static_cast<double>(inner) >= a : static_cast<double>(inner) <= a) return inner;
+  if (a >= static_cast<double>(std::numeric_limits<float>::min())) {
+    return a - static_cast<double>(lo) <= static_cast<double>(hi) - a ? lo : hi;
+  }
+  return smaller_at_lo(static_cast<double>(lo), static_cast<double>(hi)) ? lo : hi;
 }
 
 class OneShot {
@@ -97,8 +102,9 @@ class OneShot {
   Point solve_budget(const F& f, double budget);
 
   // π(s) from the input row; returns Σ min(π_i, q_i) in float64.
-  template <class T, class U>
-  double build_pi(const T* p, const T* q, const Point& x, U* out) const;
+  // f decides the rounding of π to float32 in one rare case (round_toward).
+  template <class T, class U, class F>
+  double build_pi(const T* p, const T* q, const Point& x, U* out, const F& f) const;
 
  private:
   struct Token {
@@ -493,8 +499,8 @@ Point OneShot::solve_budget(const F& f, double budget) {
   return at(a);
 }
 
-template <class T, class U>
-double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out) const {
+template <class T, class U, class F>
+double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F& f) const {
   const double z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
   const double ip = ip_, iq = iq_;
   double accepted = 0.0;
@@ -505,7 +511,9 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out) const {
     const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
     const double v = a == 0.0 ? b * z : clipped;
     accepted += std::min(v, b);
-    out[i] = round_toward<U>(v, a);
+    // p_i·f(x/p_i) at the two float32 neighbours; a = 0 never gets here (π_i ≥ 0 = p_i rounds down).
+    const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };
+    out[i] = round_toward(v, a, smaller_at_lo, out);
   }
   return accepted;
 }

@@ -58,7 +58,7 @@ Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n
   out.s = x.s;
   out.t_lo = x.t_lo;
   out.t_hi = x.t_hi;
-  out.acceptance = row.build_pi(p, q, x, pi);
+  out.acceptance = row.build_pi(p, q, x, pi, f);
   out.divergence = row.divergence(f, x.s);
   out.s_max = s_max;
   return Status::ok;

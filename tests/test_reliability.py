@@ -1,0 +1,292 @@
+"""Reliability (docs/reliability.md): adversarial arrays at the Python/C++ boundary, the float32
+guarantees, half-precision refusal, determinism, and concurrent calls from Python threads.
+
+The float32 guarantee, as measured here: with p̂ = p/Σp computed in float64 from the float32 input
+and π the float32 output widened exactly to float64,
+
+    D̃_f(π‖p̂) ≤ ε·(1 + 1e-6) + 1e-12      and      |Σ π − 1| ≤ 1e-6,
+
+where D̃_f is D_f with the tilted generator f(t) − f'(1)(t − 1) (equal to D_f whenever Σπ = 1, and
+the form in which D_f stays ≥ 0 for a π that sums to 1 only up to rounding). For ``tv`` (first
+order in π − p, and no float32 π can be nearer to p̂ than the float32 grid) the additive term is
+2⁻²⁴ instead of 1e-12.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import mentored
+from mentored import _core
+from mentored.testing import KINDS, instance, llm_like
+
+DIVS = ["tv", "kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"]
+_TILT = {"kl": 1.0, "reverse_kl": -1.0}  # f'(1) of the built-ins (0 for the others; tv: the subgradient 0)
+# Under the sanitizers (fuzz/sanitized.sh) everything runs ~10x slower: fewer examples.
+_EXAMPLES = 15 if os.environ.get("MENTORED_SANITIZED") else 60
+_FUZZ = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def tilted_divergence(div: str, pi, p) -> np.ndarray:
+    """D̃_f(π‖p) in float64 from the definition (mentored.divergences), tilted by f'(1)."""
+    pi = np.asarray(pi, dtype=np.float64)
+    return mentored.divergence(div)(pi, p) - _TILT.get(div, 0.0) * (pi.sum(axis=-1) - 1.0)
+
+
+def normalised64(a) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return a / a.sum(axis=-1, keepdims=True)
+
+
+def assert_guarantee(div, sol, p_in, budget):
+    """The documented guarantee for one solve (any dtype), rows at a time."""
+    pi = np.atleast_2d(np.asarray(sol.pi, dtype=np.float64))
+    p = np.atleast_2d(normalised64(p_in))
+    budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), (pi.shape[0],))
+    assert np.all(np.isfinite(pi)) and np.all(pi >= 0)
+    np.testing.assert_allclose(pi.sum(axis=-1), 1.0, rtol=0, atol=1e-6)
+    d = tilted_divergence(div, pi, p)
+    extra = 2.0**-24 if div == "tv" and sol.pi.dtype == np.float32 else 1e-12
+    finite = np.isfinite(budget)
+    assert np.all(d[finite] <= budget[finite] * (1 + 1e-6) + extra), (div, d, budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# Adversarial arrays
+
+
+@st.composite
+def adversarial_rows(draw, max_n=40):
+    """Two nonnegative rows (not normalised) built to stress the boundary: magnitudes from the
+    smallest denormal to 1e300 (ratios q/p over 600 decades), exact ties, single nonzero entries."""
+    n = draw(st.integers(1, max_n))
+    kind = draw(st.sampled_from(["spread", "ties", "single", "denormal", "mixed"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def row():
+        if kind == "spread":
+            x = 10.0 ** rng.uniform(-300, 300, n)
+        elif kind == "ties":
+            x = rng.choice([1.0, 2.0, 4.0], n)  # many equal ratios q/p
+        elif kind == "single":
+            x = np.zeros(n)
+            x[rng.integers(n)] = 10.0 ** rng.uniform(-300, 300)
+        elif kind == "denormal":
+            x = rng.choice([5e-324, 1e-310, 2.2250738585072014e-308, 0.0], n)
+        else:
+            x = np.where(rng.random(n) < 0.3, 0.0, 10.0 ** rng.uniform(-320, 300, n))
+        if not x.any():
+            x[rng.integers(n)] = 1.0
+        return x
+
+    return row(), row()
+
+
+@_FUZZ
+@given(pq=adversarial_rows(), div=st.sampled_from(DIVS), budget=st.sampled_from([0.0, 1e-300, 1e-12, 1e-6, 0.01, 0.3, 10.0, np.inf]))
+def test_adversarial_float64_rows(pq, div, budget):
+    p, q = pq
+    sol = mentored.solve(p, q, divergence=div, budget=budget, normalize=True)
+    assert sol.pi.dtype == np.float64
+    assert_guarantee(div, sol, p, budget)
+    tv = 0.5 * np.abs(normalised64(p) - normalised64(q)).sum()
+    assert 1 - tv - 1e-12 <= sol.acceptance <= 1 + 1e-12
+
+
+@_FUZZ
+@given(pq=adversarial_rows(), div=st.sampled_from(DIVS), budget=st.sampled_from([0.0, 1e-12, 1e-8, 1e-4, 0.05, 1.0, 50.0]))
+def test_adversarial_float32_rows(pq, div, budget):
+    # float32 rows of every magnitude (denormals 1e-45 included); normalize=True.
+    p, q = (np.clip(x * 1e-262, 0, 3e38).astype(np.float32) for x in pq)
+    if not (p.any() and q.any()):
+        return  # everything underflowed: an all-zero row, refused (tests/test_errors.py)
+    sol = mentored.solve(p, q, divergence=div, budget=budget, normalize=True)
+    assert sol.pi.dtype == np.float32
+    assert_guarantee(div, sol, p, budget)
+
+
+@pytest.mark.parametrize("div", DIVS)
+def test_float32_softmax_rows_that_do_not_sum_to_one(div, rng):
+    # float32 softmax over 50k tokens: the row sums round away from 1 by ~1e-5, and p̂ = p/Σp is
+    # not a float32 row. Budgets from 0 (π = p rounded) through tiny ones, where rounding π to
+    # nearest would already exceed them, to the whole curve.
+    rows = [llm_like(rng, 50_000) for _ in range(3)] + [instance(k, rng, n=300) for k in KINDS if k != "single"]
+    for p, q in rows:
+        p32, q32 = p.astype(np.float32), q.astype(np.float32)
+        for budget in [0.0, 1e-14, 1e-10, 1e-7, 1e-4, 1e-2, 0.3, 3.0]:
+            sol = mentored.solve(p32, q32, divergence=div, budget=budget)
+            assert_guarantee(div, sol, p32, budget)
+
+
+def test_a_single_nonzero_entry_and_equal_rows():
+    for n in [1, 2, 7]:
+        for dtype in [np.float32, np.float64]:
+            p = np.zeros(n, dtype)
+            p[-1] = 1
+            q = np.full(n, 1 / n, dtype)
+            for div in DIVS:
+                sol = mentored.solve(p, q, divergence=div, budget=0.1)
+                assert_guarantee(div, sol, p, 0.1)
+                same = mentored.solve(q, q, divergence=div, budget=0.1)  # p = q: π = p
+                np.testing.assert_allclose(same.pi, q, rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_vocab_two_to_the_twenty(dtype, rng):
+    p, q = llm_like(rng, 2**20)
+    p, q = p.astype(dtype), q.astype(dtype)
+    for div in ["kl", "tv", "reverse_kl"]:
+        sol = mentored.solve(p, q, divergence=div, budget=0.02)
+        assert sol.pi.shape == (2**20,)
+        assert_guarantee(div, sol, p, 0.02)
+    path = mentored.MentoredPath(p, q)
+    np.testing.assert_allclose(path.solve("kl", 0.02).acceptance, mentored.solve(p, q, divergence="kl", budget=0.02).acceptance, rtol=1e-9)
+
+
+def test_ten_thousand_tiny_rows(rng):
+    B = 10_000
+    P = rng.dirichlet([0.5, 0.5, 0.5], size=B)
+    Q = rng.dirichlet([0.5, 0.5, 0.5], size=B)
+    budgets = rng.uniform(0, 0.3, B)
+    sol = mentored.solve(P, Q, divergence="kl", budget=budgets)
+    assert_guarantee("kl", sol, P, budgets)
+    for r in rng.choice(B, 20, replace=False):  # a row alone is the same row in a batch
+        one = mentored.solve(P[r], Q[r], divergence="kl", budget=budgets[r])
+        assert np.array_equal(one.pi, sol.pi[r]) and one.acceptance == sol.acceptance[r]
+    # batch 1
+    one = mentored.solve(P[:1], Q[:1], divergence="kl", budget=budgets[:1])
+    assert one.pi.shape == (1, 3) and np.array_equal(one.pi[0], sol.pi[0])
+
+
+def _views(a):
+    """The same values as non-contiguous, negative-stride, Fortran-order and read-only arrays."""
+    wide = np.zeros((a.shape[0], 2 * a.shape[1]), a.dtype)
+    wide[:, ::2] = a
+    flipped = np.ascontiguousarray(a[::-1, ::-1])[::-1, ::-1]
+    fortran = np.asfortranarray(a)
+    ro = a.copy()
+    ro.setflags(write=False)
+    return {"strided": wide[:, ::2], "negative": flipped, "fortran": fortran, "readonly": ro}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_views_give_the_same_bits(dtype, rng):
+    P = rng.dirichlet(np.full(50, 0.3), size=6).astype(dtype)
+    Q = rng.dirichlet(np.full(50, 0.3), size=6).astype(dtype)
+    ref = mentored.solve(P, Q, divergence="js", budget=0.05)
+    vp, vq = _views(P), _views(Q)
+    for name in vp:
+        assert not vp[name].flags.c_contiguous or name == "readonly"
+        sol = mentored.solve(vp[name], vq[name], divergence="js", budget=0.05)
+        assert np.array_equal(sol.pi, ref.pi), name
+        assert np.array_equal(sol.acceptance, ref.acceptance), name
+        path = mentored.MentoredPath(vp[name][2], vq[name][2])
+        assert np.array_equal(path.pi(0.01), mentored.MentoredPath(P[2], Q[2]).pi(0.01)), name
+
+
+def test_raw_core_refuses_sums_that_overflow():
+    # Finite entries whose sum is +inf: refused (status 2) instead of solved as an all-zero row.
+    big = np.array([[1e308, 1e308, 1.0]])
+    small = np.array([[0.2, 0.3, 0.5]])
+    _, _, status = _core.solve(big, small, 1, 0, np.array([0.1]), 1)
+    assert status[0] == 2
+    with pytest.raises(ValueError):
+        _core.Path(big[0], small[0])
+    # Through the public API normalize=True rescales such rows first.
+    sol = mentored.solve(big[0], small[0], divergence="kl", budget=0.1, normalize=True)
+    assert_guarantee("kl", sol, big[0] / 1e308, 0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Half precision: refused with a clear error
+
+
+def test_half_precision_is_refused():
+    p = np.array([0.5, 0.5])
+    with pytest.raises(TypeError, match="dtype float16; cast it to float32"):
+        mentored.solve(p.astype(np.float16), p, budget=0.1)
+    torch = pytest.importorskip("torch", reason="torch provides the bfloat16 arrays")
+    for dt, name in [(torch.bfloat16, "bfloat16"), (torch.float16, "float16")]:
+        with pytest.raises(TypeError, match=f"draft has dtype {name}; cast it to float32"):
+            mentored.solve(p, torch.tensor(p, dtype=dt), budget=0.1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism and concurrency
+
+
+def _batch(rng, B=64, n=200, dtype=np.float64):
+    P = rng.dirichlet(np.full(n, 0.2), size=B).astype(dtype)
+    Q = rng.dirichlet(np.full(n, 0.2), size=B).astype(dtype)
+    return P, Q, rng.uniform(0, 0.5, B)
+
+
+def _same(a, b):
+    assert np.array_equal(a.pi, b.pi)
+    for f in ("acceptance", "divergence", "s", "t_lo", "t_hi"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bitwise_across_runs_threads_and_batch_splits(dtype, rng):
+    P, Q, budgets = _batch(rng, dtype=dtype)
+    for div in ["kl", "hellinger"]:
+        ref = mentored.solve(P, Q, divergence=div, budget=budgets, threads=1)
+        for threads in [None, 1, 2, 3, 8]:
+            _same(mentored.solve(P, Q, divergence=div, budget=budgets, threads=threads), ref)
+        for cut in [1, 17, 63]:
+            a = mentored.solve(P[:cut], Q[:cut], divergence=div, budget=budgets[:cut], threads=2)
+            b = mentored.solve(P[cut:], Q[cut:], divergence=div, budget=budgets[cut:])
+            assert np.array_equal(np.concatenate([a.pi, b.pi]), ref.pi)
+            assert np.array_equal(np.concatenate([a.acceptance, b.acceptance]), ref.acceptance)
+
+
+def test_speculative_step_is_deterministic_given_a_seed(rng):
+    B, k, V = 4, 3, 100
+    p = rng.dirichlet(np.full(V, 0.3), size=(B, k + 1))
+    q = rng.dirichlet(np.full(V, 0.3), size=(B, k))
+    draft = np.stack([[rng.choice(V, p=q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = np.zeros((B, 1), dtype=np.int64)
+    runs = [mentored.speculative_step(p, bonus, q, draft, budget=0.1, seed=7) for _ in range(3)]
+    runs.append(mentored.speculative_step(p, bonus, q, draft, budget=0.1, seed=7, threads=1))
+    for r in runs[1:]:
+        assert np.array_equal(np.asarray(r), np.asarray(runs[0]))
+
+
+def test_concurrent_python_threads_match_serial_bitwise(rng):
+    # Python threads call the core at once with the GIL released; each call runs its own OpenMP
+    # team, whose threads keep thread_local buffers. Different shapes per job make those buffers
+    # resize while other threads use theirs.
+    jobs = []
+    for i in range(24):
+        P, Q, budgets = _batch(rng, B=int(rng.integers(1, 40)), n=int(rng.integers(2, 3000)), dtype=[np.float32, np.float64][i % 2])
+        jobs.append((P, Q, budgets, DIVS[i % len(DIVS)], [None, 1, 2][i % 3]))
+
+    def run(job):
+        P, Q, budgets, div, threads = job
+        return mentored.solve(P, Q, divergence=div, budget=budgets, threads=threads)
+
+    serial = [run(j) for j in jobs]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(3):
+            for got, want in zip(pool.map(run, jobs), serial):
+                _same(got, want)
+
+
+def test_one_path_shared_by_threads(rng):
+    # MentoredPath.frontier releases the GIL while it reads the structure and its tables.
+    p, q = llm_like(rng, 20_000)
+    path = mentored.MentoredPath(p, q)
+    budgets = np.geomspace(1e-6, 1.0, 200)
+    serial = {d: path.frontier(budgets, d) for d in DIVS}
+    fresh = mentored.MentoredPath(p, q)  # tables built concurrently, on first use
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        got = list(pool.map(lambda d: (d, fresh.frontier(budgets, d)), DIVS * 4))
+    for d, f in got:
+        assert np.array_equal(f, serial[d]), d
