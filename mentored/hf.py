@@ -28,6 +28,8 @@ passes, the quantity speculation saves.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .speculative import speculative_step
@@ -56,14 +58,17 @@ class _Cached:
         if not getattr(self.cache, "is_croppable", True):
             raise ValueError(f"the {name} model's KV cache cannot be rolled back after a rejection; pass use_cache=False")
         self.length = 0  # cached positions
+        # The forward keyword for the cache: ``cache`` in recent transformers (``past_key_values`` is
+        # deprecated there and warns), ``past_key_values`` before.
+        params = inspect.signature(model.forward).parameters
+        self.keyword = "cache" if "cache" in params else "past_key_values"
 
     def __call__(self, seq: torch.Tensor) -> torch.Tensor:
         """Logits at the positions of ``seq`` not yet cached (at least one is fed); caches them."""
-        fed = seq[:, min(self.length, seq.shape[1] - 1) :]
         if self.length >= seq.shape[1]:
             raise RuntimeError(f"internal error: cache holds {self.length} positions, sequence has {seq.shape[1]}")
-        out = self.model(input_ids=fed, past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+        fed = seq[:, self.length :]
+        out = self.model(input_ids=fed, use_cache=True, **{self.keyword: self.cache})  # updates self.cache in place
         self.length += fed.shape[1]
         if self.cache.get_seq_length() != self.length:
             raise RuntimeError(f"internal error: cache holds {self.cache.get_seq_length()} positions, expected {self.length}")
@@ -175,7 +180,7 @@ def generate(
         n_acc = new.numel() - 1
         if use_cache:  # keep ids + x_1 .. x_n_acc, drop the rejected drafts
             target_lm.keep(ids.shape[1] + n_acc)
-            draft_lm.keep(ids.shape[1] + min(n_acc, k - 1))
+            draft_lm.keep(ids.shape[1] + min(n_acc, k - 1) + (n_acc < k - 1))
         steps += 1
         drafted += k
         accepted += n_acc

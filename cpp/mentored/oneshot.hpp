@@ -230,6 +230,10 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   // build_pi scales the same way, so the row is the same normalised row throughout.
   ip_ = 1.0 / sp_;
   iq_ = 1.0 / sq_;
+  // A row summing below 2^-1024 (all entries denormal) has no float64 reciprocal: 1/sp = ∞ would
+  // make every a = p_i·∞ = ∞ and π infinite (found by fuzz/fuzz_core.py). Such rows are refused
+  // here; the Python side never sends them (it divides by the sum first when it normalises).
+  if (!(ip_ < kInf) || !(iq_ < kInf)) return Status::bad_value;
 
   // Pass 2: side and bucket of each token, bucket counts and sums.
   keys_.resize(n);
