@@ -47,14 +47,16 @@ def main():
                     o = oracle_solve(p, q, div, budget)
                 if o.status in ("optimal", "optimal_inaccurate") and o.budget_excess <= 1e-8 * (1 + budget) and o.simplex_residual <= 1e-8:
                     usable += 1
-                    # What the oracle's slight infeasibility can buy (envelope theorem: rate λ in
-                    # the budget, one-for-one in mass) is not a deficit of the core.
-                    slack = sol.lam * o.budget_excess + o.simplex_residual
+                    # What the oracle's slight infeasibility can buy is not a deficit of the core:
+                    # the optimum grows at rate λ in the budget (envelope theorem), and extra mass δ
+                    # acts as δ·|f'(1)| more budget (D_f = D_f̃ + f'(1)(Σπ − 1)) plus δ of acceptance.
+                    c = abs(float(d.fprime(np.array(1.0))))
+                    slack = sol.lam * (o.budget_excess + c * o.simplex_residual) + o.simplex_residual
                     deficit = max(deficit, o.acceptance - sol.acceptance - slack)
                     agree.append(abs(o.acceptance - sol.acceptance))
         print(f"{div:>12} {count:9d} {ref_err:9.1e} {deficit:12.1e} {np.median(agree):9.1e} {usable:4d}/{tried:<3d} {over:10.1e}")
     print("|ref|: worst |A_core − A_reference|; oracle−core: worst A_oracle − A_core − slack over usable")
-    print("oracle points, slack = λ·(oracle's budget excess) + its simplex residual (≤ 0: the oracle never")
+    print("oracle points, slack = λ·(budget excess + |f'(1)|·mass excess) + mass excess (≤ 0: the oracle never")
     print("beat the core beyond what its own infeasibility buys); |oracle|: median |A_oracle − A_core|;")
     print("overshoot: worst D_f(π_core‖p) − budget from the definition (≤ 0: always within budget).")
 

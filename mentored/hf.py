@@ -180,7 +180,7 @@ def generate(
         n_acc = new.numel() - 1
         if use_cache:  # keep ids + x_1 .. x_n_acc, drop the rejected drafts
             target_lm.keep(ids.shape[1] + n_acc)
-            draft_lm.keep(ids.shape[1] + min(n_acc, k - 1) + (n_acc < k - 1))
+            draft_lm.keep(ids.shape[1] + min(n_acc, k - 1))
         steps += 1
         drafted += k
         accepted += n_acc

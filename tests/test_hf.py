@@ -112,8 +112,9 @@ def test_generate_refuses_bad_input(models):
 
 def _assert_same_run(a, b):
     (ids_a, st_a), (ids_b, st_b) = a, b
-    assert torch.equal(ids_a, ids_b)
-    assert (st_a.steps, st_a.drafted, st_a.accepted, st_a.emitted, st_a.verified) == (st_b.steps, st_b.drafted, st_b.accepted, st_b.emitted, st_b.verified)
+    assert torch.equal(ids_a, ids_b), f"cached {ids_a.tolist()} != recomputed {ids_b.tolist()}"
+    counts = ("steps", "drafted", "accepted", "emitted", "verified")
+    assert [getattr(st_a, c) for c in counts] == [getattr(st_b, c) for c in counts]
     np.testing.assert_array_equal(st_a.per_position, st_b.per_position)  # NaN at unreached positions compares equal
     np.testing.assert_array_equal(st_a.tokens[0], st_b.tokens[0])
 
