@@ -4,6 +4,7 @@
 #
 #   fuzz/sanitized.sh                      # the default subset (about a minute after the build)
 #   fuzz/sanitized.sh tests/test_path.py   # any pytest arguments instead
+#   fuzz/sanitized.sh --fuzz -runs=5000     # fuzz/fuzz_core.py (atheris) against the sanitized core
 #
 # The extension is built with plain CMake into build/asan and run from a package folder there
 # (build/asan/pkg: the Python sources linked, the sanitized _core beside them), so the normal
@@ -27,7 +28,11 @@ cat > "$B/pkg/sitecustomize.py" <<'PY'
 import sys
 sys.meta_path[:] = [f for f in sys.meta_path if "_editable_skbc_mentored" not in type(f).__module__]
 PY
-if [ $# -eq 0 ]; then
+RUN=(-m pytest)
+if [ "${1:-}" = "--fuzz" ]; then
+  shift
+  RUN=(fuzz/fuzz_core.py)
+elif [ $# -eq 0 ]; then
   set -- tests/test_reliability.py tests/test_errors.py tests/test_path.py -q -x -p no:cacheprovider
 fi
 LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
@@ -39,4 +44,4 @@ LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.s
 ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 MENTORED_SANITIZED=1 PYTHONPATH="$PWD/$B/pkg" \
-  $PY -P -m pytest "$@"
+  $PY -P "${RUN[@]}" "$@"

@@ -12,5 +12,8 @@ fi
 python3 -m pip install --quiet ".[test]"
 
 make -C proofs
+# The compiled core under ASan + UBSan, on the tests that reach it (about 2 minutes with its build;
+# docs/reliability.md). The atheris fuzzer (fuzz/README.md) is run by hand, not here.
+fuzz/sanitized.sh
 # -P: import the installed package (with its compiled core), not the source folder.
 python3 -P -m pytest tests --nbmake notebooks "$@"

@@ -179,6 +179,9 @@ inline int OneShot::key(double r) {
   // lin = 32·(exponent − 1023) + top mantissa bits, monotone in r ≥ 0 and negative iff r < 1.
   // Written without branches: whether r < 1 is a coin flip per token on real rows.
   static_assert(kLower == 1 + kOctaves * (1 << kSub), "bucket layout");
+  // r = −0.0 (a drafter entry of −0.0, which passes every r ≥ 0 check) would read its sign bit as
+  // a huge exponent and land in the top bucket, r > 1; adding +0.0 makes it +0.0 (found by fuzzing).
+  r += 0.0;
   std::uint64_t bits;
   std::memcpy(&bits, &r, sizeof bits);
   const int e = static_cast<int>(bits >> 52);  // r ≥ 0: the sign bit is 0

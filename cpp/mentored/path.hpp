@@ -173,14 +173,16 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
     return tv_ - (r_lo_[kk - 1] * P_lo_[kk - 1] - Q_lo_[kk - 1]);
   };
   auto s_hi = [&](std::size_t mm) {  // Up at the mm-th descending ratio (1-based)
-    return d_up_ - (Q_hi_[mm - 1] - r_hi_[mm - 1] * P_hi_[mm - 1]);
+    // Up ≤ D_up always; q/p overflows to r = ∞ when p_i is denormal, and ∞·P would give +∞ here,
+    // after which the merge below ran k past 0 and never stopped (found by fuzz/fuzz_core.py).
+    return std::min(d_up_ - (Q_hi_[mm - 1] - r_hi_[mm - 1] * P_hi_[mm - 1]), d_up_);
   };
   while (k > 1 || m > 1 || (m == 1 && s_end_ > d_up_)) {
     const double a = k > 1 ? s_lo(k) : kInf;
     double b = kInf;
     if (m > 1) b = s_hi(m);
     else if (m == 1 && s_end_ > d_up_) b = d_up_;
-    if (a <= b) {
+    if (k > 1 && a <= b) {  // k > 1: never step the lower side past its first ratio
       --k;
       segments_.push_back({std::min(a, s_end_), k, m});
     } else {
