@@ -73,6 +73,8 @@ class OneShot {
   static constexpr int kOctaves = 48;
   static constexpr int kLower = 1 + kOctaves * (1 << kSub);
   static constexpr int kBuckets = 2 * kLower;
+  // Keys of tokens outside the buckets: p_i = q_i (π_i = p_i throughout), and {p = 0}.
+  static constexpr std::uint16_t kNone = 0xFFFF, kOutside = 0xFFFE;
 
   template <class T>
   Status build(const T* p, const T* q, std::size_t n);
@@ -246,7 +248,7 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   start_.assign(kBuckets + 1, 0);
   double q0 = 0.0;
   const double ip = ip_, iq = iq_;
-  constexpr std::uint16_t none = 0xFFFF;
+  constexpr std::uint16_t none = kNone;
   // Raw pointers: through the vectors the compiler reloads every base address per token.
   std::uint16_t* keys = keys_.data();
   std::size_t* count = start_.data() + 1;
@@ -256,9 +258,14 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     if (a == 0.0) {
       q0 += b;
-      keys[i] = none;
+      keys[i] = kOutside;
     } else if (a == b) {
       keys[i] = none;  // π_i = p_i = q_i on the whole curve
+    } else if (b / a == kInf) {
+      // q/p beyond DBL_MAX (a denormal p_i): no threshold can clip it, so it joins {p = 0}, as
+      // path.hpp does; the continuation is the only way it gets mass.
+      q0 += b;
+      keys[i] = kOutside;
     } else {
       const int k = key(b / a);
       keys[i] = static_cast<std::uint16_t>(k);
@@ -278,7 +285,7 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   std::uint32_t* order = order_.data();
   std::size_t* pos = pos_.data();
   for (std::size_t i = 0; i < n; ++i) {
-    if (keys[i] != none) order[pos[keys[i]]++] = static_cast<std::uint32_t>(i);
+    if (keys[i] < kBuckets) order[pos[keys[i]]++] = static_cast<std::uint32_t>(i);
   }
   filled_.assign(kBuckets, 0);
 
@@ -516,7 +523,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     // p·clip(q/p, t_lo, t_hi) as min/max, without branches (t_hi = ∞ works as is).
     const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
-    const double v = a == 0.0 ? b * z : clipped;
+    const double v = keys_[i] == kOutside ? b * z : clipped;
     accepted += std::min(v, b);
     // p_i·f(x/p_i) at the two float32 neighbours; a = 0 never gets here (π_i ≥ 0 = p_i rounds down).
     const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };

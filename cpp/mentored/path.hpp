@@ -92,6 +92,9 @@ class Path {
   double divergence_on(const Table& tab, const F& f, std::size_t j, double s) const;
 
   std::vector<double> p_, q_;  // the normalised row
+  // Tokens on the side of {p = 0}: p_i = 0, or q_i/p_i beyond DBL_MAX (a denormal p_i), which no
+  // finite threshold can clip; oneshot.hpp classifies them the same way.
+  bool outside(std::size_t i) const { return p_[i] == 0.0 || q_[i] / p_[i] == kInf; }
   // Lower side {p > 0, r < 1} ascending, upper side {p > 0, r > 1} descending; prefix sums have
   // one more entry than the side: P[k] = Σ_{j<k} p_j.
   std::vector<double> r_lo_, p_lo_, P_lo_, Q_lo_;
@@ -132,7 +135,7 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
   hi_.clear();
   q0_ = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    if (p_[i] == 0.0) q0_ += q_[i];
+    if (outside(i)) q0_ += q_[i];
     else if (q_[i] < p_[i]) lo_.push_back({q_[i] / p_[i], p_[i], q_[i]});
     else if (q_[i] > p_[i]) hi_.push_back({q_[i] / p_[i], p_[i], q_[i]});
   }
@@ -232,7 +235,7 @@ double Path::build_pi(const Point& x, T* out) const {
   double accepted = 0.0;
   for (std::size_t i = 0; i < p_.size(); ++i) {
     double v;
-    if (p_[i] == 0.0) {
+    if (outside(i)) {
       v = q_[i] * std::min(z, 1.0);
     } else {
       // p·clip(q/p, t_lo, t_hi), compared without forming q/p.
