@@ -51,12 +51,18 @@ inline double round_toward(double v, double, const G&, double*) {
 }
 template <class G>
 inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
+  // The float32 neighbours of v (v ≥ 0): round to nearest, then step one ulp through the bits.
+  // Arithmetic rather than branches: which way v rounds is a coin flip per token.
   const float r = static_cast<float>(v);
   const double rd = static_cast<double>(r);
+  std::uint32_t bits;
+  std::memcpy(&bits, &r, sizeof bits);
+  const std::uint32_t lo_bits = bits - static_cast<std::uint32_t>(rd > v);
+  const std::uint32_t hi_bits = bits + static_cast<std::uint32_t>(rd < v);
+  float lo, hi;
+  std::memcpy(&lo, &lo_bits, sizeof lo);
+  std::memcpy(&hi, &hi_bits, sizeof hi);
   const bool down = v >= a;  // π at or above p: round down, toward p
-  if ((down ? rd <= v : rd >= v) && (down ? rd >= a : rd <= a)) return r;
-  const float lo = rd <= v ? r : std::nextafter(r, 0.0f);
-  const float hi = rd >= v ? r : std::nextafter(r, std::numeric_limits<float>::infinity());
   const float inner = down ? lo : hi;
   if (down ? static_cast<double>(inner) >= a : static_cast<double>(inner) <= a) return inner;
   if (a >= static_cast<double>(std::numeric_limits<float>::min())) {
