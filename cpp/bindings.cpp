@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,15 +31,22 @@ Generator generator(int code) {
   return static_cast<Generator>(code);
 }
 
-// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)).
+// (B, n) of a batched call, after the checks the core does not leave to its caller.
 template <class T>
-py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads) {
+std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray<T>& q, int mode, const carray<double>& values) {
   if (p.ndim() != 2 || q.ndim() != 2 || p.shape(0) != q.shape(0) || p.shape(1) != q.shape(1))
     throw std::invalid_argument("target and draft must be (B, n) arrays of one shape");
   const auto rows = static_cast<std::size_t>(p.shape(0)), n = static_cast<std::size_t>(p.shape(1));
   if (values.ndim() != 1 || static_cast<std::size_t>(values.shape(0)) != rows)
     throw std::invalid_argument("one budget or acceptance per row is required");
   if (mode != 0 && mode != 1) throw std::invalid_argument("mode must be 0 (budget) or 1 (acceptance)");
+  return {rows, n};
+}
+
+// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)).
+template <class T>
+py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads) {
+  const auto [rows, n] = batch_shape(p, q, mode, values);
   const BuiltinF f(generator(code));
   carray<T> pi({rows, n});
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
@@ -118,12 +126,7 @@ void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Tabl
 template <class T>
 py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
                        carray<double> values) {
-  if (p.ndim() != 2 || q.ndim() != 2 || p.shape(0) != q.shape(0) || p.shape(1) != q.shape(1))
-    throw std::invalid_argument("target and draft must be (B, n) arrays of one shape");
-  const auto rows = static_cast<std::size_t>(p.shape(0)), n = static_cast<std::size_t>(p.shape(1));
-  if (values.ndim() != 1 || static_cast<std::size_t>(values.shape(0)) != rows)
-    throw std::invalid_argument("one budget or acceptance per row is required");
-  if (mode != 0 && mode != 1) throw std::invalid_argument("mode must be 0 (budget) or 1 (acceptance)");
+  const auto [rows, n] = batch_shape(p, q, mode, values);
   carray<T> pi({rows, n});
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
