@@ -188,7 +188,12 @@ class Divergence:
         pos = p > 0
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.where(pos, pi / np.where(pos, p, 1.0), 1.0)
-            inner = np.where(pos, p * self.f(ratio), 0.0)
+            term = p * self.f(ratio)
+            if np.isfinite(self.f_inf):
+                # π/p beyond DBL_MAX (a denormal p_i): the term is f∞·π up to O(p_i), the limit the
+                # definition takes at p_i = 0, instead of 0·∞ or ∞.
+                term = np.where(np.isinf(ratio) & (pi > 0), self.f_inf * pi, term)
+            inner = np.where(pos, term, 0.0)
         outside = np.where(pos, 0.0, pi).sum(axis=-1)
         extra = np.multiply(self.f_inf, outside, out=np.zeros_like(outside), where=outside > 0)  # 0·∞ = 0
         return inner.sum(axis=-1) + extra

@@ -237,6 +237,17 @@ def test_overflowing_ratios_give_a_distribution():
     assert np.all(np.diff(path.frontier(np.geomspace(1e-6, 1e3, 20), "hellinger")) >= 0)
 
 
+@pytest.mark.parametrize("div", ["tv", "hellinger", "js", "neyman_chi2", "reverse_kl"])
+def test_mass_on_overflowing_ratios_is_charged_f_inf(div):
+    # Past D_up the continuation puts mass on those tokens; D_f must stay finite (≈ f∞·π there,
+    # the definition's limit), within budget, for the divergences with f∞ < ∞ (found by
+    # hypothesis: the definition once gave p·f(∞) = ∞ for them).
+    p, q = _OVERFLOWING_RATIOS
+    for budget in (1e-6, 0.1, 10.0):
+        sol = mentored.solve(p, q, divergence=div, budget=budget, normalize=True)
+        assert_guarantee(div, sol, p, budget)
+
+
 def test_raw_core_refuses_sums_that_overflow():
     # Finite entries whose sum is +inf: refused (status 2) instead of solved as an all-zero row.
     big = np.array([[1e308, 1e308, 1.0]])

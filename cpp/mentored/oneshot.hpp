@@ -64,7 +64,8 @@ inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
   std::memcpy(&hi, &hi_bits, sizeof hi);
   const bool down = v >= a;  // π at or above p: round down, toward p
   const float inner = down ? lo : hi;
-  if (down ? static_cast<double>(inner) >= a : static_cast<double>(inner) <= a) return inner;
+  const double in = static_cast<double>(inner);
+  if ((down & (in >= a)) | (!down & (in <= a))) return inner;  // bitwise: no branch on `down`
   if (a >= static_cast<double>(std::numeric_limits<float>::min())) {
     return a - static_cast<double>(lo) <= static_cast<double>(hi) - a ? lo : hi;
   }
@@ -529,7 +530,10 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     // p·clip(q/p, t_lo, t_hi) as min/max, without branches (t_hi = ∞ works as is).
     const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
-    const double v = keys_[i] == kOutside ? b * z : clipped;
+    // Outside tokens: q·z on the continuation. One with a denormal p_i > 0 (q/p overflowed) also
+    // keeps t_hi·p_i ≥ p_i, as the clip would give it: π_i > 0 wherever p_i > 0, which f(0) = ∞
+    // requires; the mass this adds is below 1e-300.
+    const double v = keys_[i] == kOutside ? std::max(b * z, (x.t_hi < kInf ? x.t_hi : 1.0) * a) : clipped;
     accepted += std::min(v, b);
     // p_i·f(x/p_i) at the two float32 neighbours; a = 0 never gets here (π_i ≥ 0 = p_i rounds down).
     const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };

@@ -236,7 +236,8 @@ double Path::build_pi(const Point& x, T* out) const {
   for (std::size_t i = 0; i < p_.size(); ++i) {
     double v;
     if (outside(i)) {
-      v = q_[i] * std::min(z, 1.0);
+      // As in oneshot.hpp: a denormal p_i > 0 keeps t_hi·p_i ≥ p_i, so π_i > 0 wherever p_i > 0.
+      v = std::max(q_[i] * std::min(z, 1.0), (x.t_hi < kInf ? x.t_hi : 1.0) * p_[i]);
     } else {
       // p·clip(q/p, t_lo, t_hi), compared without forming q/p.
       const double lo = x.t_lo * p_[i], hi = x.t_hi * p_[i];
