@@ -45,13 +45,10 @@ def main():
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     o = oracle_solve(p, q, div, budget)
-                if o.status in ("optimal", "optimal_inaccurate") and o.budget_excess <= 1e-8 * (1 + budget) and o.simplex_residual <= 1e-8:
+                if o.usable(budget):
                     usable += 1
-                    # What the oracle's slight infeasibility can buy is not a deficit of the core:
-                    # the optimum grows at rate λ in the budget (envelope theorem), and extra mass δ
-                    # acts as δ·|f'(1)| more budget (D_f = D_f̃ + f'(1)(Σπ − 1)) plus δ of acceptance.
-                    c = abs(float(d.fprime(np.array(1.0))))
-                    slack = sol.lam * (o.budget_excess + c * o.simplex_residual) + o.simplex_residual
+                    # What the oracle's slight infeasibility can buy is not a deficit of the core.
+                    slack = o.slack(sol.lam, div)
                     deficit = max(deficit, o.acceptance - sol.acceptance - slack)
                     agree.append(abs(o.acceptance - sol.acceptance))
         print(f"{div:>12} {count:9d} {ref_err:9.1e} {deficit:12.1e} {np.median(agree):9.1e} {usable:4d}/{tried:<3d} {over:10.1e}")

@@ -47,6 +47,19 @@ class OracleResult:
     def ok(self) -> bool:
         return self.status == "optimal"
 
+    def usable(self, budget: float, tol: float = 1e-8) -> bool:
+        """Solved, and its point feasible to ``tol`` (budget relative to 1 + ε, mass absolute)."""
+        return self.status in _USABLE and self.budget_excess <= tol * (1 + budget) and self.simplex_residual <= tol
+
+    def slack(self, lam: float, divergence) -> float:
+        """How much acceptance this point's infeasibility can buy at a solution with dual λ.
+
+        The optimum grows at rate λ in the budget (envelope theorem); extra mass δ is δ·|f'(1)| more
+        budget (D_f = D_f̃ + f'(1)(Σπ − 1)) plus δ of acceptance.
+        """
+        c = abs(float(_divergence(divergence).fprime(np.array(1.0))))
+        return lam * (self.budget_excess + c * self.simplex_residual) + self.simplex_residual
+
 
 def _sympy_cost(div, u):
     r"""Elementwise :math:`f(u)` as a DCP-convex cvxpy expression, from the sympy generator.
@@ -256,10 +269,7 @@ def oracle_solve(target, draft, divergence, budget, *, solver=None, scaling="rat
     result = None
     for group in _ATTEMPTS:
         runs = [_run(div, p, q, budget, *attempt) for attempt in group]
-        usable = [
-            r for r in runs
-            if r.status in _USABLE and r.budget_excess <= 1e-9 * (1 + budget) and r.simplex_residual <= 1e-9
-        ]
+        usable = [r for r in runs if r.usable(budget, tol=1e-9)]
         if usable:
             return max(usable, key=lambda r: r.acceptance)
         result = next((r for r in runs if r.status in _USABLE), runs[-1]) if result is None else result
