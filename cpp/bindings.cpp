@@ -287,7 +287,7 @@ PYBIND11_MODULE(_core, m) {
         carray<double> out(t.request().shape);
         const double* x = t.data();
         double* o = out.mutable_data();
-        for (py::ssize_t i = 0; i < t.size(); ++i) o[i] = generator_f(g, x[i]);
+        BuiltinF(g).many(x, static_cast<std::size_t>(t.size()), o);
         return out;
       },
       py::arg("code"), py::arg("t"));

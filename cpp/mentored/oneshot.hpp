@@ -72,16 +72,148 @@ inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
   return smaller_at_lo(static_cast<double>(lo), static_cast<double>(hi)) ? lo : hi;
 }
 
+// The π pass of OneShot::build_pi, with what it needs of the solution.
+struct PiRule {
+  double ip, iq;      // 1/Σp, 1/Σq
+  double t_lo, t_hi;  // thresholds (t_hi may be ∞)
+  double t_hi_finite; // t_hi, or 1 when t_hi = ∞
+  double z;           // share of q given to {p = 0} on the continuation
+};
+
+// π_i in float64 from a = p_i/Σp, b = q_i/Σq: p·clip(q/p, t_lo, t_hi) as min/max (t_hi = ∞
+// works as is). Outside tokens get q·z on the continuation; one with a denormal p_i > 0 (q/p
+// overflowed) also keeps t_hi·p_i ≥ p_i, as the clip would give it: π_i > 0 wherever p_i > 0,
+// which f(0) = ∞ requires; the mass this adds is below 1e-300. Both computed, one selected:
+// the loop vectorises.
+inline double pi_value(double a, double b, bool outside, const PiRule& x) {
+  const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
+  const double continued = std::max(b * x.z, x.t_hi_finite * a);
+  return outside ? continued : clipped;
+}
+
+// round_toward for v ≥ FLT_MIN and p_i ≥ FLT_MIN (build_pi redoes the other tokens), in double
+// lanes so that the loop vectorises: clearing the low 29 of a double's 52 mantissa bits gives the
+// float32 at or below it (float32 keeps 23), and adding 2^29 to those bits steps one float32 ulp
+// up. Only double compares and selects: a select between booleans stops the vectoriser.
+inline float round_toward_normal(double v, double a) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  const std::uint64_t lo_bits = bits & ~((std::uint64_t{1} << 29) - 1);
+  const std::uint64_t up_bits = lo_bits + (std::uint64_t{1} << 29);
+  double lo, up;
+  std::memcpy(&lo, &lo_bits, sizeof lo);
+  std::memcpy(&up, &up_bits, sizeof up);
+  const double hi = lo == v ? lo : up;
+  const bool down = v >= a;
+  const double inner = down ? lo : hi;
+  const double gap = down ? lo - a : a - hi;  // ≥ 0 iff the neighbour on p_i's side is not past p_i
+  const double nearer = a - lo <= hi - a ? lo : hi;
+  return static_cast<float>(gap >= 0.0 ? inner : nearer);  // exact: a float32 value
+}
+
+inline double round_normal(double v, double, double*) { return v; }
+inline float round_normal(double v, double a, float*) { return round_toward_normal(v, a); }
+
+// One pass: π into `out`.
+#if defined(__GNUC__)
+#define MENTORED_INLINE inline __attribute__((always_inline))
+#else
+#define MENTORED_INLINE inline
+#endif
+template <class T>
+MENTORED_INLINE void pi_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n, const PiRule& x, T* out) {
+  const PiRule r = x;  // a local copy: stores to out cannot alias it
+  for (std::size_t i = 0; i < n; ++i) {
+    const double a = static_cast<double>(p[i]) * r.ip, b = static_cast<double>(q[i]) * r.iq;
+    out[i] = static_cast<T>(round_normal(pi_value(a, b, keys[i] == 0xFFFE, r), a, out));
+  }
+}
+
+MENTORED_CLONES inline void pi_pass(const float* p, const float* q, const std::uint16_t* keys, std::size_t n,
+                                    const PiRule& x, float* out) {
+  pi_loop(p, q, keys, n, x, out);
+}
+MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std::uint16_t* keys, std::size_t n,
+                                    const PiRule& x, double* out) {
+  pi_loop(p, q, keys, n, x, out);
+}
+
+// The two streaming passes of OneShot::build, four tokens at a time in GCC/Clang vector types:
+// each lane keeps its own running sums, so the order of every sum is fixed by the token index
+// (the same result on any machine and any clone), and the loops run at the speed of the memory.
+#if defined(__GNUC__)
+#define MENTORED_VECTORS 1
+// Passing 32-byte vectors between inlined helpers: no ABI is involved, silence the note.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef long long v4i __attribute__((vector_size(32)));
+typedef unsigned long long v4u __attribute__((vector_size(32)));
+inline v4d load4(const double* x) {
+  v4d v;
+  std::memcpy(&v, x, sizeof v);
+  return v;
+}
+inline v4d load4(const float* x) {
+  v4f v;
+  std::memcpy(&v, x, sizeof v);
+  return __builtin_convertvector(v, v4d);
+}
+inline double lanes_sum(v4d v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+inline double lanes_min(v4d v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
+#endif
+
+// Σp, Σq, the sums of their negative entries (0 for a valid row; NaN or ±∞ show in the sums)
+// and the smallest positive entries: out = {Σp, Σq, Σp₋, Σq₋, min p₊, min q₊}.
+template <class T>
+MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* out) {
+  double sp = 0.0, sq = 0.0, np = 0.0, nq = 0.0, mp = kInf, mq = kInf;
+  std::size_t i = 0;
+#ifdef MENTORED_VECTORS
+  const v4d zero = {0.0, 0.0, 0.0, 0.0}, inf = {kInf, kInf, kInf, kInf};
+  v4d vsp = zero, vsq = zero, vnp = zero, vnq = zero, vmp = inf, vmq = inf;
+  for (; i + 4 <= n; i += 4) {
+    const v4d a = load4(p + i), b = load4(q + i);
+    vsp += a;
+    vsq += b;
+    vnp += a < zero ? a : zero;
+    vnq += b < zero ? b : zero;
+    vmp = (a > zero) & (a < vmp) ? a : vmp;
+    vmq = (b > zero) & (b < vmq) ? b : vmq;
+  }
+  sp = lanes_sum(vsp), sq = lanes_sum(vsq), np = lanes_sum(vnp), nq = lanes_sum(vnq);
+  mp = lanes_min(vmp), mq = lanes_min(vmq);
+#endif
+  for (; i < n; ++i) {
+    const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
+    sp += a;
+    sq += b;
+    np += std::min(a, 0.0);
+    nq += std::min(b, 0.0);
+    mp = a > 0.0 && a < mp ? a : mp;
+    mq = b > 0.0 && b < mq ? b : mq;
+  }
+  out[0] = sp, out[1] = sq, out[2] = np, out[3] = nq, out[4] = mp, out[5] = mq;
+}
+
+MENTORED_CLONES inline void sums_pass(const float* p, const float* q, std::size_t n, double* out) {
+  sums_loop(p, q, n, out);
+}
+MENTORED_CLONES inline void sums_pass(const double* p, const double* q, std::size_t n, double* out) {
+  sums_loop(p, q, n, out);
+}
+
 class OneShot {
  public:
   // Buckets: [0, kLower) hold r < 1 ascending (bucket 0: r < 2^-kOctaves, zeros included);
   // [kLower, kBuckets) hold r > 1 ascending (the last: r ≥ 2^kOctaves, +inf included).
-  static constexpr int kSub = 5;  // mantissa bits: 32 buckets per octave
+  static constexpr int kSub = 6;  // mantissa bits: 64 buckets per octave
   static constexpr int kOctaves = 48;
   static constexpr int kLower = 1 + kOctaves * (1 << kSub);
   static constexpr int kBuckets = 2 * kLower;
   // Keys of tokens outside the buckets: p_i = q_i (π_i = p_i throughout), and {p = 0}.
   static constexpr std::uint16_t kNone = 0xFFFF, kOutside = 0xFFFE;
+  static int key(double r);  // the bucket of a ratio r ≥ 0
 
   template <class T>
   Status build(const T* p, const T* q, std::size_t n);
@@ -95,6 +227,7 @@ class OneShot {
   Point at(double s) {
     Point x;
     x.s = s;
+    fill_for(s);
     if (s > 0.0) {
       x.t_lo = lower(s).t;
       x.t_hi = upper(s).t;
@@ -128,7 +261,6 @@ class OneShot {
 
   void set_input(const float* p, const float* q) { pf_ = p; qf_ = q; pd_ = qd_ = nullptr; }
   void set_input(const double* p, const double* q) { pd_ = p; qd_ = q; pf_ = qf_ = nullptr; }
-  static int key(double r);
   static double edge(int k);  // lower edge of bucket k
   void sort_bucket(int k);
   template <class F>
@@ -150,16 +282,33 @@ class OneShot {
   double middle_upper(const F& f, int b);  // Σ p f(r) over upper buckets [kLower, b)
   Side lower(double s);
   Side upper(double s);
+  int lower_bucket(double g) const;  // the bucket holding t_lo where Down(t_lo) = TV − g
+  int upper_bucket(double h) const;  // the bucket holding t_hi where Up(t_hi) = D_up − h
+  // Bounds on D_f(π(s)‖p) from bucket sums and f at bucket edges (bound_buckets), for the search.
+  template <class F>
+  void bound_buckets(const F& f);
+  void divergence_bounds(double s, double f_inf, double& low, double& up) const;
+  std::vector<double> fedge_;          // f at bucket edges
+  std::vector<double> fmean_;          // f at Q_k/P_k
+  std::vector<double> low_lo_, up_lo_;  // lower side: Σ over buckets ≥ k of the bounds
+  std::vector<double> low_hi_, up_hi_;  // upper side: Σ over buckets < k of the bounds
 
   double sp_ = 0.0, sq_ = 0.0, ip_ = 1.0, iq_ = 1.0;
+  double min_a_ = kInf, min_b_ = kInf;  // smallest positive p_i/Σp and q_i/Σq (build_pi)
   double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
   std::vector<std::uint16_t> keys_;
-  std::vector<std::uint32_t> order_;  // token indices in bucket order (a counting sort)
-  std::vector<Token> tokens_;  // aligned with order_, filled bucket by bucket when first needed
-  std::vector<char> filled_;
+  // Tokens in bucket order, bucket k at [start_[k], start_[k + 1]) (a counting sort), for the
+  // buckets [filled_lo_, filled_hi_] only: the search needs those around r = 1 and the thresholds.
+  std::vector<Token> tokens_;
+  int filled_lo_ = 0, filled_hi_ = -1;
+  std::vector<std::uint32_t> chosen_;  // scratch for fill
+  void fill(int lo, int hi);  // fill buckets [lo, hi] (and keep those already filled)
   const float *pf_ = nullptr, *qf_ = nullptr;  // the input row, whichever its type
   const double *pd_ = nullptr, *qd_ = nullptr;
-  void fill_bucket(int k);
+  void fill_bucket(int k) {
+    if (k < filled_lo_ || k > filled_hi_) fill(0, kBuckets - 1);  // unforeseen: fill them all
+  }
+  void fill_for(double s);  // fill what D_f(π(s)‖p) and the thresholds at s need
   std::vector<std::size_t> start_;
   std::vector<double> P_, Q_;  // per bucket
   std::vector<double> below_P_, below_Q_;  // lower side: sums over buckets before k
@@ -179,10 +328,50 @@ class OneShot {
   // mid_lo_[k] = Σ_{k < j < kLower} F_j for k ≥ lo_reach_; mid_hi_[k] = Σ_{kLower ≤ j < k} F_j for k ≤ hi_reach_.
   std::vector<double> mid_lo_, mid_hi_;
   int lo_reach_ = kLower - 1, hi_reach_ = kLower;
-  std::vector<std::size_t> pos_;  // scratch for the counting sort
+  std::vector<std::size_t> pos_;  // next free slot of each bucket (the counting sort)
 };
 
 // ---------------------------------------------------------------------------------------------
+
+// Bucket keys (OneShot::key) of the tokens of a valid row scaled by ip = 1/Σp, iq = 1/Σq, with
+// the special keys for p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none).
+template <class T>
+MENTORED_INLINE void keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys) {
+  std::size_t i = 0;
+#ifdef MENTORED_VECTORS
+  constexpr long long lower = OneShot::kLower, sub = OneShot::kSub;
+  const v4d vip = {ip, ip, ip, ip}, viq = {iq, iq, iq, iq}, zero = {0.0, 0.0, 0.0, 0.0};
+  const v4d inf = {kInf, kInf, kInf, kInf};
+  for (; i + 4 <= n; i += 4) {
+    const v4d a = load4(p + i) * vip, b = load4(q + i) * viq;
+    const v4d r = b / a + zero;  // + 0.0 turns −0.0 into +0.0 (see key)
+    const v4u bits = (v4u)r;  // a cast between vector types of one size keeps the bits
+    const v4i e = reinterpret_cast<v4i>(bits >> 52);
+    const v4i m = reinterpret_cast<v4i>((bits >> (52 - sub)) & ((1ULL << sub) - 1));
+    const v4i lin = ((e - 1023) << sub) + m;
+    const v4i below = lin + lower < 0 ? 0 : lin + lower;
+    const v4i above = lower + (lin < lower - 1 ? lin : lower - 1);
+    v4i k = lin < 0 ? below : above;
+    k = a == b ? static_cast<long long>(OneShot::kNone) : k;
+    k = (a == zero) | (r == inf) ? static_cast<long long>(OneShot::kOutside) : k;
+    for (int j = 0; j < 4; ++j) keys[i + j] = static_cast<std::uint16_t>(k[j]);
+  }
+#endif
+  for (; i < n; ++i) {
+    const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
+    const double r = b / a;
+    keys[i] = a == 0.0 || r == kInf ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
+  }
+}
+
+MENTORED_CLONES inline void keys_pass(const float* p, const float* q, std::size_t n, double ip, double iq,
+                                      std::uint16_t* keys) {
+  keys_loop(p, q, n, ip, iq, keys);
+}
+MENTORED_CLONES inline void keys_pass(const double* p, const double* q, std::size_t n, double ip, double iq,
+                                      std::uint16_t* keys) {
+  keys_loop(p, q, n, ip, iq, keys);
+}
 
 inline int OneShot::key(double r) {
   // lin = 32·(exponent − 1023) + top mantissa bits, monotone in r ≥ 0 and negative iff r < 1.
@@ -221,22 +410,18 @@ inline double OneShot::edge(int k) {
 
 template <class T>
 Status OneShot::build(const T* p, const T* q, std::size_t n) {
-  // Pass 1: sums, and a check of every entry without a branch.
-  double sp = 0.0, sq = 0.0;
-  bool bad = false;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
-    bad |= !(a >= 0.0) | !(b >= 0.0) | (a == kInf) | (b == kInf);
-    sp += a;
-    sq += b;
+  // Pass 1: sums, and a check of every entry without a branch: a negative entry shows in the
+  // sums of negatives, a NaN or ±∞ in the sums.
+  double sums[6];
+  sums_pass(p, q, n, sums);
+  sp_ = sums[0];
+  sq_ = sums[1];
+  if (!(sums[2] == 0.0 && sums[3] == 0.0 && sp_ < kInf && sq_ < kInf)) {
+    // Finite entries can also sum past DBL_MAX (float64 rows near 1e308, fed to the core
+    // directly): 1/∞ = 0 would zero every ratio and solve a row that is not the input.
+    return Status::bad_value;
   }
-  sp_ = sp;
-  sq_ = sq;
-  if (bad) return Status::bad_value;
   if (!(sp_ > 0.0) || !(sq_ > 0.0)) return Status::zero_row;
-  // Finite entries can still sum past DBL_MAX (float64 rows near 1e308, fed to the core directly):
-  // 1/∞ = 0 would zero every ratio and solve a row that is not the input. Refuse it instead.
-  if (!(sp_ < kInf) || !(sq_ < kInf)) return Status::bad_value;
 
   // Scaling by a reciprocal (one rounding more than dividing) keeps divisions out of the passes;
   // build_pi scales the same way, so the row is the same normalised row throughout.
@@ -246,55 +431,44 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   // make every a = p_i·∞ = ∞ and π infinite (found by fuzz/fuzz_core.py). Such rows are refused
   // here; the Python side never sends them (it divides by the sum first when it normalises).
   if (!(ip_ < kInf) || !(iq_ < kInf)) return Status::bad_value;
+  min_a_ = sums[4] * ip_;
+  min_b_ = sums[5] * iq_;
 
-  // Pass 2: side and bucket of each token, bucket counts and sums.
+  // Pass 2: the bucket of each token (vectorised), then bucket counts and sums.
   keys_.resize(n);
   set_input(p, q);
+  keys_pass(p, q, n, ip_, iq_, keys_.data());
   P_.assign(kBuckets, 0.0);
   Q_.assign(kBuckets, 0.0);
   start_.assign(kBuckets + 1, 0);
   double q0 = 0.0;
   const double ip = ip_, iq = iq_;
-  constexpr std::uint16_t none = kNone;
   // Raw pointers: through the vectors the compiler reloads every base address per token.
-  std::uint16_t* keys = keys_.data();
+  const std::uint16_t* keys = keys_.data();
   std::size_t* count = start_.data() + 1;
   double* P = P_.data();
   double* Q = Q_.data();
   for (std::size_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
-    if (a == 0.0) {
-      q0 += b;
-      keys[i] = kOutside;
-    } else if (a == b) {
-      keys[i] = none;  // π_i = p_i = q_i on the whole curve
-    } else if (b / a == kInf) {
-      // q/p beyond DBL_MAX (a denormal p_i): no threshold can clip it, so it joins {p = 0}, as
-      // path.hpp does; the continuation is the only way it gets mass.
-      q0 += b;
-      keys[i] = kOutside;
-    } else {
-      const int k = key(b / a);
-      keys[i] = static_cast<std::uint16_t>(k);
+    const int k = keys[i];
+    if (k < kBuckets) {
       count[k] += 1;
       P[k] += a;
       Q[k] += b;
-    }
+    } else if (k == kOutside) {
+      // p_i = 0, or q/p beyond DBL_MAX (a denormal p_i): no threshold can clip it, so it joins
+      // {p = 0}, as path.hpp does; the continuation is the only way it gets mass.
+      q0 += b;
+    }  // kNone: π_i = p_i = q_i on the whole curve
   }
   q0_ = q0;
   for (int k = 0; k < kBuckets; ++k) start_[k + 1] += start_[k];
-  // Pass 3: token indices into bucket order (a counting sort on the bucket key). Indices are
-  // 4 bytes: the scatter stays in cache, and the few buckets the search needs are filled later.
-  order_.resize(start_[kBuckets]);
+  // The counting sort itself waits until the search knows which buckets it needs (fill).
   tokens_.resize(start_[kBuckets]);
   cum_.resize(start_[kBuckets]);
   pos_.assign(start_.begin(), start_.end() - 1);
-  std::uint32_t* order = order_.data();
-  std::size_t* pos = pos_.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (keys[i] < kBuckets) order[pos[keys[i]]++] = static_cast<std::uint32_t>(i);
-  }
-  filled_.assign(kBuckets, 0);
+  filled_lo_ = 0;
+  filled_hi_ = -1;
 
   below_P_.assign(kLower + 1, 0.0);
   below_Q_.assign(kLower + 1, 0.0);
@@ -324,15 +498,46 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   return Status::ok;
 }
 
-inline void OneShot::fill_bucket(int k) {
-  if (filled_[k]) return;
-  for (std::size_t j = start_[k]; j < start_[k + 1]; ++j) {
-    const std::size_t i = order_[j];
-    const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip_;
-    const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq_;
-    tokens_[j] = {b / a, a, b};  // the same operations as in build: the same r, the same bucket
+inline void OneShot::fill(int lo, int hi) {
+  // Buckets [lo, hi] not yet filled, in two steps: the indices of their tokens, in order, without
+  // a branch on the key; then those tokens into their buckets, ratio computed as in build.
+  const int old_lo = filled_lo_, old_hi = filled_hi_;
+  if (old_lo <= old_hi) {
+    lo = std::min(lo, old_lo);
+    hi = std::max(hi, old_hi);
   }
-  filled_[k] = 1;
+  if (lo >= old_lo && hi <= old_hi) return;
+  const std::size_t n = keys_.size();
+  chosen_.resize(n);
+  const std::uint16_t* keys = keys_.data();
+  std::uint32_t* chosen = chosen_.data();
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int k = keys[i];
+    chosen[m] = static_cast<std::uint32_t>(i);
+    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & ((k < old_lo) | (k > old_hi)));
+  }
+  Token* tokens = tokens_.data();
+  std::size_t* pos = pos_.data();
+  const double ip = ip_, iq = iq_;
+  for (std::size_t j = 0; j < m; ++j) {
+    const std::size_t i = chosen[j];
+    const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip;
+    const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq;
+    tokens[pos[keys[i]]++] = {b / a, a, b};  // the same operations as in build: the same r, the same bucket
+  }
+  filled_lo_ = lo;
+  filled_hi_ = hi;
+}
+
+inline void OneShot::fill_for(double s) {
+  // The thresholds' buckets and every bucket between them (the unclipped tokens).
+  int lo = kLower, hi = kLower - 1;
+  if (s > 0.0 && start_[kLower] > 0) lo = lower_bucket(std::max(tv_ - s, 0.0));
+  if (s > 0.0 && start_[kBuckets] > start_[kLower]) {
+    hi = s > d_up_ ? kBuckets - 1 : upper_bucket(std::max(d_up_ - s, 0.0));
+  }
+  if (lo <= hi) fill(lo, hi);
 }
 
 inline void OneShot::sort_bucket(int k) {
@@ -416,17 +621,33 @@ double OneShot::middle_upper(const F& f, int b) {
   return mid_hi_[b];
 }
 
+inline int OneShot::lower_bucket(double g) const {
+  // φ(t) = Σ_{r<t} (t p − q) is increasing; the last bucket whose lower edge has φ ≤ g.
+  int lo = 0, hi = kLower;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (edge(mid) * below_P_[mid] - below_Q_[mid] <= g) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+inline int OneShot::upper_bucket(double h) const {
+  // ψ(t) = Σ_{r>t} (q − t p) is decreasing; the first bucket whose upper edge has ψ ≤ h.
+  auto psi_top = [&](int k) { return k + 1 >= kBuckets ? 0.0 : above_Q_[k + 1] - edge(k + 1) * above_P_[k + 1]; };
+  int lo = kLower - 1, hi = kBuckets - 1;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (psi_top(mid) <= h) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
 inline OneShot::Side OneShot::lower(double s) {
   // φ(t) = Σ_{r<t} (t p − q) is increasing; t_lo solves φ(t_lo) = g = TV − s.
   const double g = std::max(tv_ - s, 0.0);
-  auto phi_edge = [&](int k) { return edge(k) * below_P_[k] - below_Q_[k]; };
-  int lo = 0, hi = kLower;  // φ(edge(lo)) ≤ g; find the last bucket whose lower edge has φ ≤ g
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (phi_edge(mid) <= g) lo = mid;
-    else hi = mid;
-  }
-  const int b = lo;
+  const int b = lower_bucket(g);
   sort_bucket(b);
   const std::size_t first = start_[b], m = start_[b + 1] - first;
   const double P0 = below_P_[b], Q0 = below_Q_[b];
@@ -453,16 +674,7 @@ inline OneShot::Side OneShot::upper(double s) {
   }
   // ψ(t) = Σ_{r>t} (q − t p) is decreasing; t_hi solves ψ(t_hi) = h = D_up − s.
   const double h = std::max(d_up_ - s, 0.0);
-  auto psi_top = [&](int k) {  // ψ at the upper edge of bucket k
-    return k + 1 >= kBuckets ? 0.0 : above_Q_[k + 1] - edge(k + 1) * above_P_[k + 1];
-  };
-  int lo = kLower - 1, hi = kBuckets - 1;  // ψ(top of hi) ≤ h; find the first such bucket
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (psi_top(mid) <= h) hi = mid;
-    else lo = mid;
-  }
-  const int b = hi;
+  const int b = upper_bucket(h);
   sort_bucket(b);
   const std::size_t first = start_[b], m = start_[b + 1] - first;
   const double P0 = above_P_[b + 1], Q0 = above_Q_[b + 1];
@@ -486,6 +698,7 @@ inline OneShot::Side OneShot::upper(double s) {
 template <class F>
 double OneShot::divergence(const F& f, double s) {
   if (s <= 0.0) return 0.0;
+  fill_for(s);
   double d = 0.0;
   if (start_[kLower] > 0) {
     const Side lo = lower(s);
@@ -505,41 +718,176 @@ double OneShot::divergence(const F& f, double s) {
 }
 
 template <class F>
+void OneShot::bound_buckets(const F& f) {
+  // f at the bucket edges of the occupied range; edge 0 (f(0), possibly ∞) and edge kBuckets (∞)
+  // are set to ∞, a valid bound that spares f those limits. f is decreasing below 1 and increasing
+  // above (the tilted generator has its minimum f(1) = 0), so over a bucket f lies between its
+  // values at the two edges.
+  int lo = 0, hi = kBuckets;
+  while (lo < kBuckets && start_[lo + 1] == start_[lo]) ++lo;
+  while (hi > lo && start_[hi] == start_[hi - 1]) --hi;
+  fedge_.assign(kBuckets + 1, kInf);
+  const int first = std::max(lo, 1), last = std::min(hi, kBuckets - 1);
+  if (first <= last) {
+    ratios_.resize(last - first + 1);
+    fvals_.resize(last - first + 1);
+    for (int k = first; k <= last; ++k) ratios_[k - first] = edge(k);
+    evaluate_many(f, ratios_.data(), ratios_.size(), fvals_.data(), 0);
+    for (int k = first; k <= last; ++k) fedge_[k] = fvals_[k - first];
+  }
+  // f at each bucket's p-weighted mean ratio Q_k/P_k, for Jensen's lower bound (buckets 1 to
+  // kBuckets − 2: both edges finite and positive).
+  fmean_.assign(kBuckets, 0.0);
+  if (first <= last - 1) {
+    ratios_.resize(last - first);
+    fvals_.resize(last - first);
+    for (int k = first; k < last; ++k) {
+      ratios_[k - first] = P_[k] > 0.0 ? std::min(std::max(Q_[k] / P_[k], edge(k)), edge(k + 1)) : 1.0;
+    }
+    evaluate_many(f, ratios_.data(), ratios_.size(), fvals_.data(), 0);
+    for (int k = first; k < last; ++k) fmean_[k] = fvals_[k - first];
+  }
+  // Per bucket, Σ p f(r) lies above P_k·f(Q_k/P_k) (Jensen) and P_k·(f at the nearer edge to 1),
+  // and below the chord of f over the bucket and P_k·(f at the farther edge): f is convex,
+  // decreasing below 1 and increasing above (the tilted generator has its minimum f(1) = 0).
+  // The bounds are second order in the bucket width; an empty bucket adds 0 (not 0·∞).
+  auto bound = [&](int k, bool upper_bound) {
+    if (!(P_[k] > 0.0)) return 0.0;
+    const double e0 = edge(k), e1 = edge(k + 1), f0 = fedge_[k], f1 = fedge_[k + 1];
+    if (upper_bound) {
+      const double chord = f0 + (f1 - f0) * ((Q_[k] / P_[k] - e0) / (e1 - e0));
+      const double edges = std::max(f0, f1);
+      return P_[k] * (k >= first && k < last && chord < edges ? chord : edges);
+    }
+    const double edges = std::min(f0, f1);
+    return P_[k] * (k >= first && k < last ? std::max(fmean_[k], edges) : edges);
+  };
+  low_lo_.assign(kLower + 1, 0.0);
+  up_lo_.assign(kLower + 1, 0.0);
+  for (int k = kLower - 1; k >= 0; --k) {
+    low_lo_[k] = low_lo_[k + 1] + bound(k, false);
+    up_lo_[k] = up_lo_[k + 1] + bound(k, true);
+  }
+  low_hi_.assign(kBuckets + 1, 0.0);
+  up_hi_.assign(kBuckets + 1, 0.0);
+  for (int k = kLower; k < kBuckets; ++k) {
+    low_hi_[k + 1] = low_hi_[k] + bound(k, false);
+    up_hi_[k + 1] = up_hi_[k] + bound(k, true);
+  }
+}
+
+inline void OneShot::divergence_bounds(double s, double f_inf, double& low, double& up) const {
+  // D(s) = D_lo(t_lo) + D_hi(t_hi) with D_lo(t) = Σ_{r<1} p f(max(r, t)) nonincreasing and
+  // D_hi(t) = Σ_{r>1} p f(min(r, t)) nondecreasing; each threshold is known to its bucket from the
+  // bucket sums alone, so D lies between the values at the bucket's edges, bounded in turn with
+  // the per-bucket bounds. No token is touched.
+  auto mul = [](double P, double v) { return P > 0.0 ? P * v : 0.0; };
+  low = up = 0.0;
+  if (s <= 0.0) return;
+  if (start_[kLower] > 0) {
+    const int b = lower_bucket(std::max(tv_ - s, 0.0));
+    up += mul(below_P_[b], fedge_[b]) + up_lo_[b];
+    low += mul(below_P_[b + 1], fedge_[b + 1]) + low_lo_[b + 1];
+  }
+  if (s > d_up_ || start_[kBuckets] == start_[kLower]) {
+    low += low_hi_[kBuckets];
+    up += up_hi_[kBuckets];
+    if (s > d_up_ && q0_ > 0.0) {
+      low += f_inf * (s - d_up_);
+      up += f_inf * (s - d_up_);
+    }
+    return;
+  }
+  const int b = upper_bucket(std::max(d_up_ - s, 0.0));
+  low += mul(above_P_[b], fedge_[b]) + low_hi_[b];
+  up += mul(above_P_[b + 1], fedge_[b + 1]) + up_hi_[b + 1];
+}
+
+template <class F>
 Point OneShot::solve_budget(const F& f, double budget) {
   const double s_max = this->s_max(f.f_inf);
-  // Bisection keeping D(a) ≤ budget; b is not known to exceed it, so that a large D(s_max)
-  // (many f evaluations) is computed only when the search gets there.
+  // Phase 1, on bucket sums only: bracket the answer between the last s whose upper bound meets
+  // the budget and the first whose lower bound exceeds it. The bracket spans a few buckets of each
+  // threshold, so phase 2 evaluates f on about the unclipped tokens of the answer, not beyond.
+  bound_buckets(f);
   double a = 0.0, b = s_max;
+  bool over = false;  // D(b) > budget is known
+  {
+    double lo = 0.0, hi = s_max, low, up;
+    for (int it = 0; it < 200; ++it) {  // the last s with up(s) ≤ budget
+      const double c = 0.5 * (lo + hi);
+      if (c <= lo || c >= hi) break;
+      divergence_bounds(c, f.f_inf, low, up);
+      if (up <= budget) lo = c;
+      else hi = c;
+    }
+    a = lo;
+    hi = s_max;
+    for (int it = 0; it < 200; ++it) {  // the first s with low(s) > budget
+      const double c = 0.5 * (lo + hi);
+      if (c <= lo || c >= hi) break;
+      divergence_bounds(c, f.f_inf, low, up);
+      if (low > budget) hi = c;
+      else lo = c;
+    }
+    b = hi;
+  }
+  // The bounds are exact only to rounding: confirm the bracket with D itself, or widen it.
+  fill_for(b);  // every bucket the search below touches, in one pass (unless the bracket widens)
+  if (a > 0.0 && !(divergence(f, a) <= budget)) {
+    b = a;
+    a = 0.0;
+    over = true;
+  } else if (b < s_max) {
+    if (divergence(f, b) > budget) {
+      over = true;
+    } else {
+      a = b;
+      b = s_max;
+    }
+  }
+  // Phase 2: bisection keeping D(a) ≤ budget.
   for (int it = 0; it < 2100; ++it) {
     const double c = 0.5 * (a + b);
     if (c <= a || c >= b) break;
     if (divergence(f, c) <= budget) a = c;
-    else b = c;
+    else {
+      b = c;
+      over = true;
+    }
   }
-  if (a < s_max && divergence(f, s_max) <= budget) a = s_max;
+  // b = s_max never tested: a large D(s_max) (many f evaluations) is computed only if needed.
+  if (!over && a < s_max && divergence(f, s_max) <= budget) a = s_max;
   return at(a);
 }
 
 template <class T, class U, class F>
 double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F& f) const {
-  const double z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
-  const double ip = ip_, iq = iq_;
-  double accepted = 0.0;
+  PiRule rule;
+  rule.ip = ip_;
+  rule.iq = iq_;
+  rule.t_lo = x.t_lo;
+  rule.t_hi = x.t_hi;
+  rule.t_hi_finite = x.t_hi < kInf ? x.t_hi : 1.0;
+  rule.z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
   const std::size_t n = keys_.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
-    // p·clip(q/p, t_lo, t_hi) as min/max, without branches (t_hi = ∞ works as is).
-    const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
-    // Outside tokens: q·z on the continuation. One with a denormal p_i > 0 (q/p overflowed) also
-    // keeps t_hi·p_i ≥ p_i, as the clip would give it: π_i > 0 wherever p_i > 0, which f(0) = ∞
-    // requires; the mass this adds is below 1e-300.
-    const double v = keys_[i] == kOutside ? std::max(b * z, (x.t_hi < kInf ? x.t_hi : 1.0) * a) : clipped;
-    accepted += std::min(v, b);
-    // p_i·f(x/p_i) at the two float32 neighbours; a = 0 never gets here (π_i ≥ 0 = p_i rounds down).
-    const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };
-    out[i] = round_toward(v, a, smaller_at_lo, out);
+  pi_pass(p, q, keys_.data(), n, rule, out);
+  // float32 π_i below FLT_MIN, or for p_i below FLT_MIN: round_toward, where f may decide. Such
+  // tokens exist only if the smallest positive p_i, q_i (kept by build) allow them: π_i ≥ min(q_i,
+  // t_lo·p_i) when clipped, q_i·z on the continuation (a factor 2 covers rounding).
+  const double tiny = 2.0 * static_cast<double>(std::numeric_limits<float>::min());
+  const double smallest_v = std::min({min_b_, min_a_ * (x.t_lo > 0.0 ? x.t_lo : 1.0), rule.z > 0.0 ? rule.z * min_b_ : kInf});
+  if (std::is_same<U, float>::value && (min_a_ < tiny || smallest_v < tiny)) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double a = static_cast<double>(p[i]) * rule.ip, b = static_cast<double>(q[i]) * rule.iq;
+      const double v = pi_value(a, b, keys_[i] == kOutside, rule);
+      if (!((a > 0.0 && a < tiny) || (v > 0.0 && v < tiny))) continue;
+      const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };
+      out[i] = round_toward(v, a, smaller_at_lo, out);
+    }
   }
-  return accepted;
+  // Σ min(π_i, q_i) = 1 − TV(p, q) + s on the curve (Curve.v, acceptance_on_curve): no sum needed.
+  return std::min(std::max(1.0 - tv_ + x.s, 0.0), 1.0);
 }
 
 }  // namespace mentored
