@@ -64,6 +64,24 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
   return py::make_tuple(pi, results, status);
 }
 
+// Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel.
+template <class T>
+carray<double> row_stats(carray<T> x) {
+  if (x.ndim() != 2) throw std::invalid_argument("row_stats takes a (B, n) array");
+  const auto rows = static_cast<std::size_t>(x.shape(0)), n = static_cast<std::size_t>(x.shape(1));
+  carray<double> out({rows, std::size_t{3}});
+  const T* data = x.data();
+  double* o = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * n > (1u << 16))
+#endif
+    for (long long b = 0; b < static_cast<long long>(rows); ++b) stats_pass(data + b * n, n, o + 3 * b);
+  }
+  return out;
+}
+
 // A user generator f̃ (tilted, as in generators.hpp) given by two Python callables: `vec` maps a
 // float64 array to f̃ of it, `scalar` maps one float. Tables need f̃ at every sorted ratio: they are
 // filled from one call of `vec` on all ratios (no n Python calls); the budget search then calls
@@ -279,6 +297,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
+  m.def("row_stats", &row_stats<double>, py::arg("x"));
+  m.def("row_stats", &row_stats<float>, py::arg("x"));
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
   m.def(
       "generator_f_array",

@@ -1,7 +1,7 @@
 // One-shot mentored decoding for one row in expected O(n): no full sort.
 //
 // Same answer as Path::solve_budget (path.hpp), up to rounding, found differently. Tokens are
-// bucketed by the bit pattern of their ratio r = q/p (32 buckets per octave; the order of positive
+// bucketed by the bit pattern of their ratio r = q/p (64 buckets per octave; the order of positive
 // doubles is the order of their bits), with per-bucket sums of p and q. At a bucket edge e the
 // functions of MATH.md §3 are exact from those sums,
 //     Down(e) = TV − (e·P_{r<e} − Q_{r<e}),   Up(e) = D_up − (Q_{r>e} − e·P_{r>e}),
@@ -19,6 +19,10 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "generators.hpp"
 #include "path.hpp"
@@ -149,6 +153,7 @@ typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef long long v4i __attribute__((vector_size(32)));
 typedef unsigned long long v4u __attribute__((vector_size(32)));
+typedef unsigned short v4u16 __attribute__((vector_size(8)));
 inline v4d load4(const double* x) {
   v4d v;
   std::memcpy(&v, x, sizeof v);
@@ -196,11 +201,103 @@ MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* ou
   out[0] = sp, out[1] = sq, out[2] = np, out[3] = nq, out[4] = mp, out[5] = mq;
 }
 
+// One row's Σx in float64, smallest and largest entry: {Σ, min, max}. A NaN shows in the sum
+// (comparisons skip it); the input checks of the Python side read these (_core.row_stats).
+template <class T>
+MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
+  double sum = 0.0, lo = kInf, hi = -kInf;
+  std::size_t i = 0;
+#ifdef MENTORED_VECTORS
+  const v4d inf = {kInf, kInf, kInf, kInf};
+  v4d vs = {0.0, 0.0, 0.0, 0.0}, vlo = inf, vhi = -inf;
+  for (; i + 4 <= n; i += 4) {
+    const v4d a = load4(x + i);
+    vs += a;
+    vlo = a < vlo ? a : vlo;
+    vhi = a > vhi ? a : vhi;
+  }
+  sum = lanes_sum(vs);
+  lo = lanes_min(vlo);
+  hi = -lanes_min(-vhi);
+#endif
+  for (; i < n; ++i) {
+    const double a = static_cast<double>(x[i]);
+    sum += a;
+    lo = a < lo ? a : lo;
+    hi = a > hi ? a : hi;
+  }
+  out[0] = sum, out[1] = lo, out[2] = hi;
+}
+
+MENTORED_CLONES inline void stats_pass(const float* x, std::size_t n, double* out) { stats_loop(x, n, out); }
+MENTORED_CLONES inline void stats_pass(const double* x, std::size_t n, double* out) { stats_loop(x, n, out); }
+
 MENTORED_CLONES inline void sums_pass(const float* p, const float* q, std::size_t n, double* out) {
   sums_loop(p, q, n, out);
 }
 MENTORED_CLONES inline void sums_pass(const double* p, const double* q, std::size_t n, double* out) {
   sums_loop(p, q, n, out);
+}
+
+// The indices i < n, ascending, whose key k satisfies lo ≤ k ≤ hi and not skip_lo ≤ k ≤ skip_hi,
+// into out (which holds n + 8); returns their count. No branch on the keys: which tokens a
+// range takes is a coin flip per token. With AVX2, eight keys at a time: a compare, a movemask,
+// and a permutation from a table that packs the chosen lanes to the front.
+inline std::size_t choose_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n, int lo, int hi,
+                                 int skip_lo, int skip_hi, std::uint32_t* out) {
+  std::size_t m = 0;
+  for (std::size_t i = first; i < n; ++i) {
+    const int k = keys[i];
+    out[m] = static_cast<std::uint32_t>(i);
+    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & ((k < skip_lo) | (k > skip_hi)));
+  }
+  return m;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+struct PackTable {
+  alignas(32) std::uint32_t lanes[256][8];
+  PackTable() {
+    for (int mask = 0; mask < 256; ++mask) {
+      int j = 0;
+      for (int b = 0; b < 8; ++b) {
+        if (mask & (1 << b)) lanes[mask][j++] = static_cast<std::uint32_t>(b);
+      }
+      while (j < 8) lanes[mask][j++] = 0;
+    }
+  }
+};
+
+__attribute__((target("avx2,popcnt"))) inline std::size_t choose_avx2(const std::uint16_t* keys, std::size_t n, int lo,
+                                                                      int hi, int skip_lo, int skip_hi,
+                                                                      std::uint32_t* out) {
+  static const PackTable table;
+  const __m256i below = _mm256_set1_epi32(lo - 1), above = _mm256_set1_epi32(hi + 1);
+  const __m256i skip_below = _mm256_set1_epi32(skip_lo), skip_above = _mm256_set1_epi32(skip_hi);
+  const __m256i eight = _mm256_set1_epi32(8);
+  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  std::size_t m = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + i)));
+    const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(k, below), _mm256_cmpgt_epi32(above, k));
+    const __m256i outside_skip = _mm256_or_si256(_mm256_cmpgt_epi32(skip_below, k), _mm256_cmpgt_epi32(k, skip_above));
+    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(in_range, outside_skip)));
+    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + m), _mm256_permutevar8x32_epi32(index, perm));
+    m += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask)));
+    index = _mm256_add_epi32(index, eight);
+  }
+  return m + choose_scalar(keys, i, n, lo, hi, skip_lo, skip_hi, out + m);
+}
+#endif
+
+inline std::size_t choose(const std::uint16_t* keys, std::size_t n, int lo, int hi, int skip_lo, int skip_hi,
+                          std::uint32_t* out) {
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return choose_avx2(keys, n, lo, hi, skip_lo, skip_hi, out);
+#endif
+  return choose_scalar(keys, 0, n, lo, hi, skip_lo, skip_hi, out);
 }
 
 class OneShot {
@@ -269,10 +366,10 @@ class OneShot {
   void bucket_fcum(const F& f, int k);  // cumulative Σ p f(r) inside sorted bucket k
   template <class F>
   void f_at(const F& f, int k) {  // f at the ratios of (filled) bucket k, into fvals_
-    const std::size_t m = start_[k + 1] - start_[k];
+    const std::size_t m = begin(k + 1) - begin(k);
     ratios_.resize(m);
     fvals_.resize(m);
-    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[start_[k] + j].r;
+    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[begin(k) + j].r;
     evaluate_many(f, ratios_.data(), m, fvals_.data(), 0);
   }
   std::vector<double> ratios_, fvals_;  // scratch for f_at
@@ -309,6 +406,33 @@ class OneShot {
     if (k < filled_lo_ || k > filled_hi_) fill(0, kBuckets - 1);  // unforeseen: fill them all
   }
   void fill_for(double s);  // fill what D_f(π(s)‖p) and the thresholds at s need
+  // Per-bucket arrays are computed over the occupied buckets [kmin_, kmax_] only (and the run
+  // of empty buckets between them and r = 1 where that matters); outside it they are constant,
+  // and these accessors clamp to it. No per-row work is O(number of buckets).
+  int kmin_ = 0, kmax_ = -1;
+  std::size_t begin(int k) const { return start_[clamp(k, kmin_, kmax_ + 1)]; }  // first token of bucket k
+  int below_lo() const { return std::min(kmin_, kLower); }
+  int below_hi() const { return std::min(kmax_ + 1, kLower); }
+  int above_lo() const { return std::max(kmin_, kLower); }
+  int above_hi() const { return std::max(kmax_ + 1, kLower); }
+  static int clamp(int k, int lo, int hi) { return std::min(std::max(k, lo), hi); }
+  double below_P(int k) const { return below_P_[clamp(k, below_lo(), below_hi())]; }
+  double below_Q(int k) const { return below_Q_[clamp(k, below_lo(), below_hi())]; }
+  double above_P(int k) const { return above_P_[clamp(k, above_lo(), above_hi())]; }
+  double above_Q(int k) const { return above_Q_[clamp(k, above_lo(), above_hi())]; }
+  double low_lo(int k) const { return low_lo_[clamp(k, below_lo(), below_hi())]; }
+  double up_lo(int k) const { return up_lo_[clamp(k, below_lo(), below_hi())]; }
+  double low_hi(int k) const { return low_hi_[clamp(k, above_lo(), above_hi())]; }
+  double up_hi(int k) const { return up_hi_[clamp(k, above_lo(), above_hi())]; }
+  int edges_lo_ = 1, edges_hi_ = 0;  // f is known at the edges [edges_lo_, edges_hi_]
+  double fedge(int k) const { return k >= edges_lo_ && k <= edges_hi_ ? fedge_[k] : kInf; }
+  // Buckets whose F_, sorted_, fcum_ready_ entries the last row set: reset by the next build.
+  int dirty_lo_ = 0, dirty_hi_ = -1;
+  void touch(int k) {
+    dirty_lo_ = std::min(dirty_lo_, k);
+    dirty_hi_ = std::max(dirty_hi_, k);
+  }
+  std::vector<std::size_t> count_;  // per bucket, zero outside [kmin_, kmax_]
   std::vector<std::size_t> start_;
   std::vector<double> P_, Q_;  // per bucket
   std::vector<double> below_P_, below_Q_;  // lower side: sums over buckets before k
@@ -322,7 +446,7 @@ class OneShot {
   };
   std::vector<Cumulative> cum_;
   double cum_before(int k, std::size_t j, double Cumulative::*field) const {  // over tokens [0, j)
-    return j == 0 ? 0.0 : cum_[start_[k] + j - 1].*field;
+    return j == 0 ? 0.0 : cum_[begin(k) + j - 1].*field;
   }
   // Lazily grown runs of computed buckets around r = 1 and their running sums:
   // mid_lo_[k] = Σ_{k < j < kLower} F_j for k ≥ lo_reach_; mid_hi_[k] = Σ_{kLower ≤ j < k} F_j for k ≤ hi_reach_.
@@ -334,14 +458,19 @@ class OneShot {
 // ---------------------------------------------------------------------------------------------
 
 // Bucket keys (OneShot::key) of the tokens of a valid row scaled by ip = 1/Σp, iq = 1/Σq, with
-// the special keys for p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none).
+// the special keys for p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none); range[0],
+// range[1]: the smallest and largest bucket taken (kBuckets and −1 if none).
 template <class T>
-MENTORED_INLINE void keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys) {
+MENTORED_INLINE void keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys,
+                               int* range) {
+  constexpr long long buckets = OneShot::kBuckets;
+  long long lo = buckets, hi = -1;
   std::size_t i = 0;
 #ifdef MENTORED_VECTORS
   constexpr long long lower = OneShot::kLower, sub = OneShot::kSub;
   const v4d vip = {ip, ip, ip, ip}, viq = {iq, iq, iq, iq}, zero = {0.0, 0.0, 0.0, 0.0};
   const v4d inf = {kInf, kInf, kInf, kInf};
+  v4i vlo = {buckets, buckets, buckets, buckets}, vhi = {-1, -1, -1, -1};
   for (; i + 4 <= n; i += 4) {
     const v4d a = load4(p + i) * vip, b = load4(q + i) * viq;
     const v4d r = b / a + zero;  // + 0.0 turns −0.0 into +0.0 (see key)
@@ -354,23 +483,30 @@ MENTORED_INLINE void keys_loop(const T* p, const T* q, std::size_t n, double ip,
     v4i k = lin < 0 ? below : above;
     k = a == b ? static_cast<long long>(OneShot::kNone) : k;
     k = (a == zero) | (r == inf) ? static_cast<long long>(OneShot::kOutside) : k;
-    for (int j = 0; j < 4; ++j) keys[i + j] = static_cast<std::uint16_t>(k[j]);
+    vlo = k < vlo ? k : vlo;  // the special keys lie above every bucket
+    vhi = (k > vhi) & (k < buckets) ? k : vhi;
+    const v4u16 k16 = __builtin_convertvector(k, v4u16);
+    std::memcpy(keys + i, &k16, sizeof k16);
   }
+  for (int j = 0; j < 4; ++j) lo = std::min(lo, vlo[j]), hi = std::max(hi, vhi[j]);
 #endif
   for (; i < n; ++i) {
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     const double r = b / a;
     keys[i] = a == 0.0 || r == kInf ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
+    if (keys[i] < buckets) lo = std::min<long long>(lo, keys[i]), hi = std::max<long long>(hi, keys[i]);
   }
+  range[0] = static_cast<int>(lo);
+  range[1] = static_cast<int>(hi);
 }
 
 MENTORED_CLONES inline void keys_pass(const float* p, const float* q, std::size_t n, double ip, double iq,
-                                      std::uint16_t* keys) {
-  keys_loop(p, q, n, ip, iq, keys);
+                                      std::uint16_t* keys, int* range) {
+  keys_loop(p, q, n, ip, iq, keys, range);
 }
 MENTORED_CLONES inline void keys_pass(const double* p, const double* q, std::size_t n, double ip, double iq,
-                                      std::uint16_t* keys) {
-  keys_loop(p, q, n, ip, iq, keys);
+                                      std::uint16_t* keys, int* range) {
+  keys_loop(p, q, n, ip, iq, keys, range);
 }
 
 inline int OneShot::key(double r) {
@@ -434,65 +570,93 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   min_a_ = sums[4] * ip_;
   min_b_ = sums[5] * iq_;
 
-  // Pass 2: the bucket of each token (vectorised), then bucket counts and sums.
+  // Pass 2: the bucket of each token (vectorised), bucket counts and sums.
+  constexpr int kSlots = 1 << 16;  // one per 16-bit key
+  if (P_.size() != static_cast<std::size_t>(kSlots)) {  // first row: allocate, all buckets empty
+    P_.assign(kSlots, 0.0);
+    Q_.assign(kSlots, 0.0);
+    count_.assign(kSlots, 0);
+    start_.assign(kBuckets + 1, 0);
+    pos_.assign(kBuckets, 0);
+    below_P_.assign(kLower + 1, 0.0);
+    below_Q_.assign(kLower + 1, 0.0);
+    above_P_.assign(kBuckets + 1, 0.0);
+    above_Q_.assign(kBuckets + 1, 0.0);
+    F_.assign(kBuckets, std::numeric_limits<double>::quiet_NaN());
+    sorted_.assign(kBuckets, 0);
+    fcum_ready_.assign(kBuckets, 0);
+    mid_lo_.assign(kLower + 1, 0.0);
+    mid_hi_.assign(kBuckets + 1, 0.0);
+    fedge_.assign(kBuckets + 1, kInf);
+    fmean_.assign(kBuckets, 0.0);
+    low_lo_.assign(kLower + 1, 0.0);
+    up_lo_.assign(kLower + 1, 0.0);
+    low_hi_.assign(kBuckets + 1, 0.0);
+    up_hi_.assign(kBuckets + 1, 0.0);
+  } else {  // the previous row's buckets back to empty
+    for (int k = kmin_; k <= kmax_; ++k) P_[k] = Q_[k] = 0.0, count_[k] = 0;
+    for (int k : {kOutside, kNone}) P_[k] = Q_[k] = 0.0, count_[k] = 0;
+    for (int k = dirty_lo_; k <= dirty_hi_; ++k) {
+      F_[k] = std::numeric_limits<double>::quiet_NaN();
+      sorted_[k] = fcum_ready_[k] = 0;
+    }
+  }
+  dirty_lo_ = kBuckets;
+  dirty_hi_ = -1;
   keys_.resize(n);
   set_input(p, q);
-  keys_pass(p, q, n, ip_, iq_, keys_.data());
-  P_.assign(kBuckets, 0.0);
-  Q_.assign(kBuckets, 0.0);
-  start_.assign(kBuckets + 1, 0);
-  double q0 = 0.0;
+  int range[2];
+  keys_pass(p, q, n, ip_, iq_, keys_.data(), range);
+  // Counts and sums per key, special keys included: p_i = 0, or q/p beyond DBL_MAX (a denormal
+  // p_i), go to kOutside, where no threshold can clip them, as in path.hpp (the continuation is
+  // the only way they get mass); Q at kOutside is then Q0. kNone: p_i = q_i, π_i = p_i throughout.
   const double ip = ip_, iq = iq_;
   // Raw pointers: through the vectors the compiler reloads every base address per token.
   const std::uint16_t* keys = keys_.data();
-  std::size_t* count = start_.data() + 1;
+  std::size_t* count = count_.data();
   double* P = P_.data();
   double* Q = Q_.data();
   for (std::size_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     const int k = keys[i];
-    if (k < kBuckets) {
-      count[k] += 1;
-      P[k] += a;
-      Q[k] += b;
-    } else if (k == kOutside) {
-      // p_i = 0, or q/p beyond DBL_MAX (a denormal p_i): no threshold can clip it, so it joins
-      // {p = 0}, as path.hpp does; the continuation is the only way it gets mass.
-      q0 += b;
-    }  // kNone: π_i = p_i = q_i on the whole curve
+    count[k] += 1;
+    P[k] += a;
+    Q[k] += b;
   }
+  const double q0 = Q_[kOutside];
+  int kmin = range[0], kmax = range[1];
   q0_ = q0;
-  for (int k = 0; k < kBuckets; ++k) start_[k + 1] += start_[k];
+  if (kmax < 0) kmin = 0;  // no bucketed token: the empty range [0, −1]
+  kmin_ = kmin;
+  kmax_ = kmax;
+  start_[kmin] = 0;
+  for (int k = kmin; k <= kmax; ++k) start_[k + 1] = start_[k] + count[k];
+  const std::size_t total = begin(kBuckets);
   // The counting sort itself waits until the search knows which buckets it needs (fill).
-  tokens_.resize(start_[kBuckets]);
-  cum_.resize(start_[kBuckets]);
-  pos_.assign(start_.begin(), start_.end() - 1);
+  tokens_.resize(total);
+  cum_.resize(total);
+  for (int k = kmin; k <= kmax; ++k) pos_[k] = start_[k];
   filled_lo_ = 0;
   filled_hi_ = -1;
 
-  below_P_.assign(kLower + 1, 0.0);
-  below_Q_.assign(kLower + 1, 0.0);
-  for (int k = 0; k < kLower; ++k) {
+  below_P_[below_lo()] = below_Q_[below_lo()] = 0.0;
+  for (int k = below_lo(); k < below_hi(); ++k) {
     below_P_[k + 1] = below_P_[k] + P_[k];
     below_Q_[k + 1] = below_Q_[k] + Q_[k];
   }
-  above_P_.assign(kBuckets + 1, 0.0);
-  above_Q_.assign(kBuckets + 1, 0.0);
-  for (int k = kBuckets - 1; k >= kLower; --k) {
+  above_P_[above_hi()] = above_Q_[above_hi()] = 0.0;
+  for (int k = above_hi() - 1; k >= above_lo(); --k) {
     above_P_[k] = above_P_[k + 1] + P_[k];
     above_Q_[k] = above_Q_[k + 1] + Q_[k];
   }
-  // above_P_[k] includes bucket k; the sums strictly above k are above_P_[k + 1].
-  tv_ = below_P_[kLower] - below_Q_[kLower];
-  d_up_ = above_Q_[kLower] - above_P_[kLower];
+  // above_P(k) includes bucket k; the sums strictly above k are above_P(k + 1).
+  tv_ = below_P(kLower) - below_Q(kLower);
+  d_up_ = above_Q(kLower) - above_P(kLower);
   s_end_ = q0_ > 0.0 ? tv_ : std::min(tv_, d_up_);
-  if (start_[kLower] == 0) s_end_ = 0.0;  // no token with q < p: p = q
+  if (begin(kLower) == 0) s_end_ = 0.0;  // no token with q < p: p = q
 
-  F_.assign(kBuckets, std::numeric_limits<double>::quiet_NaN());
-  sorted_.assign(kBuckets, 0);
-  fcum_ready_.assign(kBuckets, 0);
-  mid_lo_.assign(kLower + 1, 0.0);
-  mid_hi_.assign(kBuckets + 1, 0.0);
+  mid_lo_[kLower - 1] = 0.0;
+  mid_hi_[kLower] = 0.0;
   lo_reach_ = kLower - 1;
   hi_reach_ = kLower;
   return Status::ok;
@@ -508,15 +672,10 @@ inline void OneShot::fill(int lo, int hi) {
   }
   if (lo >= old_lo && hi <= old_hi) return;
   const std::size_t n = keys_.size();
-  chosen_.resize(n);
+  chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
+  const std::size_t m = choose(keys_.data(), n, lo, hi, old_lo, old_hi, chosen_.data());
   const std::uint16_t* keys = keys_.data();
-  std::uint32_t* chosen = chosen_.data();
-  std::size_t m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const int k = keys[i];
-    chosen[m] = static_cast<std::uint32_t>(i);
-    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & ((k < old_lo) | (k > old_hi)));
-  }
+  const std::uint32_t* chosen = chosen_.data();
   Token* tokens = tokens_.data();
   std::size_t* pos = pos_.data();
   const double ip = ip_, iq = iq_;
@@ -533,8 +692,8 @@ inline void OneShot::fill(int lo, int hi) {
 inline void OneShot::fill_for(double s) {
   // The thresholds' buckets and every bucket between them (the unclipped tokens).
   int lo = kLower, hi = kLower - 1;
-  if (s > 0.0 && start_[kLower] > 0) lo = lower_bucket(std::max(tv_ - s, 0.0));
-  if (s > 0.0 && start_[kBuckets] > start_[kLower]) {
+  if (s > 0.0 && begin(kLower) > 0) lo = lower_bucket(std::max(tv_ - s, 0.0));
+  if (s > 0.0 && begin(kBuckets) > begin(kLower)) {
     hi = s > d_up_ ? kBuckets - 1 : upper_bucket(std::max(d_up_ - s, 0.0));
   }
   if (lo <= hi) fill(lo, hi);
@@ -543,20 +702,21 @@ inline void OneShot::fill_for(double s) {
 inline void OneShot::sort_bucket(int k) {
   if (sorted_[k]) return;
   fill_bucket(k);
-  std::sort(tokens_.begin() + start_[k], tokens_.begin() + start_[k + 1],
+  touch(k);
+  std::sort(tokens_.begin() + begin(k), tokens_.begin() + begin(k + 1),
             [](const Token& a, const Token& b) { return a.r < b.r; });
   // Clipped tokens are a prefix of a lower bucket and a suffix of an upper bucket; each side sums
   // in its own direction, so that no clipped mass is ever a difference of two larger sums.
   double P = 0.0, Q = 0.0;
   if (k < kLower) {
-    for (std::size_t i = start_[k]; i < start_[k + 1]; ++i) {
+    for (std::size_t i = begin(k); i < begin(k + 1); ++i) {
       P += tokens_[i].p;
       Q += tokens_[i].q;
       cum_[i].P = P;  // Σ over tokens [0, i]
       cum_[i].Q = Q;
     }
   } else {
-    for (std::size_t i = start_[k + 1]; i-- > start_[k];) {
+    for (std::size_t i = begin(k + 1); i-- > begin(k);) {
       P += tokens_[i].p;
       Q += tokens_[i].q;
       cum_[i].P = P;  // Σ over tokens [i, m)
@@ -569,11 +729,12 @@ inline void OneShot::sort_bucket(int k) {
 template <class F>
 double OneShot::bucket_f(const F& f, int k) {
   if (std::isnan(F_[k])) {
+    touch(k);
     fill_bucket(k);
-    const std::size_t m = start_[k + 1] - start_[k];
+    const std::size_t m = begin(k + 1) - begin(k);
     f_at(f, k);
     double sum = 0.0;
-    for (std::size_t j = 0; j < m; ++j) sum += tokens_[start_[k] + j].p * fvals_[j];
+    for (std::size_t j = 0; j < m; ++j) sum += tokens_[begin(k) + j].p * fvals_[j];
     F_[k] = sum;
   }
   return F_[k];
@@ -584,16 +745,17 @@ void OneShot::bucket_fcum(const F& f, int k) {
   // The unclipped tokens of a threshold bucket are a suffix on the lower side and a prefix on the
   // upper side; summing in that direction keeps f(0) = ∞ (r = 0 is always clipped) out of them.
   if (fcum_ready_[k]) return;
+  touch(k);
   f_at(f, k);
-  const std::size_t first = start_[k];
+  const std::size_t first = begin(k);
   double sum = 0.0;
   if (k < kLower) {
-    for (std::size_t i = start_[k + 1]; i-- > first;) {
+    for (std::size_t i = begin(k + 1); i-- > first;) {
       sum += tokens_[i].p * fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [i, m)
     }
   } else {
-    for (std::size_t i = first; i < start_[k + 1]; ++i) {
+    for (std::size_t i = first; i < begin(k + 1); ++i) {
       sum += tokens_[i].p * fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [0, i]
     }
@@ -626,7 +788,7 @@ inline int OneShot::lower_bucket(double g) const {
   int lo = 0, hi = kLower;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (edge(mid) * below_P_[mid] - below_Q_[mid] <= g) lo = mid;
+    if (edge(mid) * below_P(mid) - below_Q(mid) <= g) lo = mid;
     else hi = mid;
   }
   return lo;
@@ -634,7 +796,7 @@ inline int OneShot::lower_bucket(double g) const {
 
 inline int OneShot::upper_bucket(double h) const {
   // ψ(t) = Σ_{r>t} (q − t p) is decreasing; the first bucket whose upper edge has ψ ≤ h.
-  auto psi_top = [&](int k) { return k + 1 >= kBuckets ? 0.0 : above_Q_[k + 1] - edge(k + 1) * above_P_[k + 1]; };
+  auto psi_top = [&](int k) { return k + 1 >= kBuckets ? 0.0 : above_Q(k + 1) - edge(k + 1) * above_P(k + 1); };
   int lo = kLower - 1, hi = kBuckets - 1;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
@@ -649,8 +811,8 @@ inline OneShot::Side OneShot::lower(double s) {
   const double g = std::max(tv_ - s, 0.0);
   const int b = lower_bucket(g);
   sort_bucket(b);
-  const std::size_t first = start_[b], m = start_[b + 1] - first;
-  const double P0 = below_P_[b], Q0 = below_Q_[b];
+  const std::size_t first = begin(b), m = begin(b + 1) - first;
+  const double P0 = below_P(b), Q0 = below_Q(b);
   // Tokens [0, j) of the bucket lie below t_lo: the first j with φ(r_j) > g, by binary search.
   std::size_t j = 0, hi_j = m;
   while (j < hi_j) {
@@ -667,17 +829,17 @@ inline OneShot::Side OneShot::lower(double s) {
 }
 
 inline OneShot::Side OneShot::upper(double s) {
-  if (s > d_up_ || start_[kBuckets] == start_[kLower]) {
+  if (s > d_up_ || begin(kBuckets) == begin(kLower)) {
     // Continuation onto {p = 0} (or no token with q > p): every upper token is at q.
-    const bool none = start_[kBuckets] == start_[kLower] && q0_ == 0.0;
+    const bool none = begin(kBuckets) == begin(kLower) && q0_ == 0.0;
     return {none ? 1.0 : kInf, 0.0, kBuckets, 0};
   }
   // ψ(t) = Σ_{r>t} (q − t p) is decreasing; t_hi solves ψ(t_hi) = h = D_up − s.
   const double h = std::max(d_up_ - s, 0.0);
   const int b = upper_bucket(h);
   sort_bucket(b);
-  const std::size_t first = start_[b], m = start_[b + 1] - first;
-  const double P0 = above_P_[b + 1], Q0 = above_Q_[b + 1];
+  const std::size_t first = begin(b), m = begin(b + 1) - first;
+  const double P0 = above_P(b + 1), Q0 = above_Q(b + 1);
   auto from = [&](std::size_t i, double Cumulative::*field) { return i < m ? cum_[first + i].*field : 0.0; };
   // Tokens [j, m) of the bucket lie above t_hi: the first i whose ψ(r_i), a sum over the tokens
   // after i, is ≤ h, by binary search.
@@ -700,10 +862,10 @@ double OneShot::divergence(const F& f, double s) {
   if (s <= 0.0) return 0.0;
   fill_for(s);
   double d = 0.0;
-  if (start_[kLower] > 0) {
+  if (begin(kLower) > 0) {
     const Side lo = lower(s);
     bucket_fcum(f, lo.bucket);
-    const std::size_t first = start_[lo.bucket], m = start_[lo.bucket + 1] - first;
+    const std::size_t first = begin(lo.bucket), m = begin(lo.bucket + 1) - first;
     d += lo.clipped * f(lo.t) + middle_lower(f, lo.bucket) + (lo.j < m ? cum_[first + lo.j].F : 0.0);
   }
   const Side hi = upper(s);
@@ -723,11 +885,11 @@ void OneShot::bound_buckets(const F& f) {
   // are set to ∞, a valid bound that spares f those limits. f is decreasing below 1 and increasing
   // above (the tilted generator has its minimum f(1) = 0), so over a bucket f lies between its
   // values at the two edges.
-  int lo = 0, hi = kBuckets;
-  while (lo < kBuckets && start_[lo + 1] == start_[lo]) ++lo;
-  while (hi > lo && start_[hi] == start_[hi - 1]) --hi;
-  fedge_.assign(kBuckets + 1, kInf);
-  const int first = std::max(lo, 1), last = std::min(hi, kBuckets - 1);
+  // The edges of the occupied buckets and of the empty ones between them and r = 1, where a
+  // threshold may also fall.
+  const int first = std::max(std::min(kmin_, kLower), 1), last = std::min(std::max(kmax_ + 1, kLower), kBuckets - 1);
+  edges_lo_ = first;
+  edges_hi_ = last;
   if (first <= last) {
     ratios_.resize(last - first + 1);
     fvals_.resize(last - first + 1);
@@ -737,7 +899,6 @@ void OneShot::bound_buckets(const F& f) {
   }
   // f at each bucket's p-weighted mean ratio Q_k/P_k, for Jensen's lower bound (buckets 1 to
   // kBuckets − 2: both edges finite and positive).
-  fmean_.assign(kBuckets, 0.0);
   if (first <= last - 1) {
     ratios_.resize(last - first);
     fvals_.resize(last - first);
@@ -753,7 +914,7 @@ void OneShot::bound_buckets(const F& f) {
   // The bounds are second order in the bucket width; an empty bucket adds 0 (not 0·∞).
   auto bound = [&](int k, bool upper_bound) {
     if (!(P_[k] > 0.0)) return 0.0;
-    const double e0 = edge(k), e1 = edge(k + 1), f0 = fedge_[k], f1 = fedge_[k + 1];
+    const double e0 = edge(k), e1 = edge(k + 1), f0 = fedge(k), f1 = fedge(k + 1);
     if (upper_bound) {
       const double chord = f0 + (f1 - f0) * ((Q_[k] / P_[k] - e0) / (e1 - e0));
       const double edges = std::max(f0, f1);
@@ -762,15 +923,13 @@ void OneShot::bound_buckets(const F& f) {
     const double edges = std::min(f0, f1);
     return P_[k] * (k >= first && k < last ? std::max(fmean_[k], edges) : edges);
   };
-  low_lo_.assign(kLower + 1, 0.0);
-  up_lo_.assign(kLower + 1, 0.0);
-  for (int k = kLower - 1; k >= 0; --k) {
+  low_lo_[below_hi()] = up_lo_[below_hi()] = 0.0;
+  for (int k = below_hi() - 1; k >= below_lo(); --k) {
     low_lo_[k] = low_lo_[k + 1] + bound(k, false);
     up_lo_[k] = up_lo_[k + 1] + bound(k, true);
   }
-  low_hi_.assign(kBuckets + 1, 0.0);
-  up_hi_.assign(kBuckets + 1, 0.0);
-  for (int k = kLower; k < kBuckets; ++k) {
+  low_hi_[above_lo()] = up_hi_[above_lo()] = 0.0;
+  for (int k = above_lo(); k < above_hi(); ++k) {
     low_hi_[k + 1] = low_hi_[k] + bound(k, false);
     up_hi_[k + 1] = up_hi_[k] + bound(k, true);
   }
@@ -784,14 +943,14 @@ inline void OneShot::divergence_bounds(double s, double f_inf, double& low, doub
   auto mul = [](double P, double v) { return P > 0.0 ? P * v : 0.0; };
   low = up = 0.0;
   if (s <= 0.0) return;
-  if (start_[kLower] > 0) {
+  if (begin(kLower) > 0) {
     const int b = lower_bucket(std::max(tv_ - s, 0.0));
-    up += mul(below_P_[b], fedge_[b]) + up_lo_[b];
-    low += mul(below_P_[b + 1], fedge_[b + 1]) + low_lo_[b + 1];
+    up += mul(below_P(b), fedge(b)) + up_lo(b);
+    low += mul(below_P(b + 1), fedge(b + 1)) + low_lo(b + 1);
   }
-  if (s > d_up_ || start_[kBuckets] == start_[kLower]) {
-    low += low_hi_[kBuckets];
-    up += up_hi_[kBuckets];
+  if (s > d_up_ || begin(kBuckets) == begin(kLower)) {
+    low += low_hi(kBuckets);
+    up += up_hi(kBuckets);
     if (s > d_up_ && q0_ > 0.0) {
       low += f_inf * (s - d_up_);
       up += f_inf * (s - d_up_);
@@ -799,8 +958,8 @@ inline void OneShot::divergence_bounds(double s, double f_inf, double& low, doub
     return;
   }
   const int b = upper_bucket(std::max(d_up_ - s, 0.0));
-  low += mul(above_P_[b], fedge_[b]) + low_hi_[b];
-  up += mul(above_P_[b + 1], fedge_[b + 1]) + up_hi_[b + 1];
+  low += mul(above_P(b), fedge(b)) + low_hi(b);
+  up += mul(above_P(b + 1), fedge(b + 1)) + up_hi(b + 1);
 }
 
 template <class F>
