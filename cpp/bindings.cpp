@@ -43,10 +43,17 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
   return {rows, n};
 }
 
-// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)).
+// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)). sums: None, or the
+// (B, 2) row sums Σp, Σq as row_stats computes them, which spares the core a pass per row.
 template <class T>
-py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads) {
+py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
+  carray<double> given;
+  if (!sums.is_none()) {
+    given = py::cast<carray<double>>(sums);
+    if (given.ndim() != 2 || static_cast<std::size_t>(given.shape(0)) != rows || given.shape(1) != 2)
+      throw std::invalid_argument("sums must be a (B, 2) array of row sums");
+  }
   const BuiltinF f(generator(code));
   carray<T> pi({rows, n});
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
@@ -58,8 +65,9 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
     T* out = pi.mutable_data();
     double* res = results.mutable_data();
     int* st = status.mutable_data();
+    const double* ss = sums.is_none() ? nullptr : given.data();
     py::gil_scoped_release release;
-    solve_batch(pp, qq, rows, n, f, static_cast<Mode>(mode), vv, threads, out, res, st);
+    solve_batch(pp, qq, rows, n, f, static_cast<Mode>(mode), vv, threads, out, res, st, ss);
   }
   return py::make_tuple(pi, results, status);
 }
@@ -78,6 +86,30 @@ carray<double> row_stats(carray<T> x) {
 #pragma omp parallel for schedule(static) if (rows > 1 && rows * n > (1u << 16))
 #endif
     for (long long b = 0; b < static_cast<long long>(rows); ++b) stats_pass(data + b * n, n, o + 3 * b);
+  }
+  return out;
+}
+
+// The bucket key of every token of one row (OneShot::key, with the special keys), from the keys
+// pass of the solver (exact=false) or token by token in float64 (exact=true): the fast pass must
+// agree with the definition (tests/test_reliability.py).
+template <class T>
+py::array_t<std::uint16_t> bucket_keys(carray<T> p, carray<T> q, bool exact) {
+  if (p.ndim() != 1 || q.ndim() != 1 || p.shape(0) != q.shape(0))
+    throw std::invalid_argument("bucket_keys takes two rows of one length");
+  const auto n = static_cast<std::size_t>(p.shape(0));
+  double sp[3], sq[3];
+  stats_pass(p.data(), n, sp);
+  stats_pass(q.data(), n, sq);
+  if (!(sp[0] > 0.0 && sp[0] < kInf && sq[0] > 0.0 && sq[0] < kInf && sp[1] >= 0.0 && sq[1] >= 0.0))
+    throw std::invalid_argument("bucket_keys needs finite, nonnegative rows with positive sums");
+  py::array_t<std::uint16_t> out(static_cast<py::ssize_t>(n));
+  std::uint16_t* k = out.mutable_data();
+  const double ip = 1.0 / sp[0], iq = 1.0 / sq[0];
+  if (exact) {
+    for (std::size_t i = 0; i < n; ++i) k[i] = exact_key(p.data()[i], q.data()[i], ip, iq);
+  } else {
+    keys_pass(p.data(), q.data(), n, ip, iq, k);
   }
   return out;
 }
@@ -286,9 +318,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of mentored: the sorted-ratio structure and the batched solver.";
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"));
+        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none());
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"));
+        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none());
   m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
@@ -297,6 +329,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
+  m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
+  m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("row_stats", &row_stats<double>, py::arg("x"));
   m.def("row_stats", &row_stats<float>, py::arg("x"));
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));

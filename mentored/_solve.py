@@ -140,7 +140,7 @@ def solve(
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
-    p, q = as_pair(target, draft, normalize)
+    p, q, sums = as_pair(target, draft, normalize, with_sums=True)
     squeeze = p.ndim == 1
     p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
     dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
@@ -153,7 +153,8 @@ def solve(
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
     nthreads = threads_arg(threads)
     if div._code is not None:
-        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads)
+        sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
+        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads, sums2)
     else:
         vec, scalar, f_inf = _custom(div)
         pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values)

@@ -86,12 +86,17 @@ def check_sums(a: np.ndarray, name: str, normalize: bool, sums: np.ndarray | Non
     return a
 
 
-def as_pair(target, draft, normalize: bool) -> tuple[np.ndarray, np.ndarray]:
+def as_pair(target, draft, normalize: bool, with_sums: bool = False):
+    """(p, q) checked; with ``with_sums``, also their float64 row sums as a (..., 2) array (as
+    ``row_stats`` computes them, for the core to skip its own pass), or None if a row was rescaled."""
     p, sp = _distribution(target, "target")
     q, sq = _distribution(draft, "draft")
     if p.shape != q.shape:
         raise ValueError(f"target and draft must have the same shape, got {p.shape} and {q.shape}")
-    return check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)
+    p2, q2 = check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)
+    if not with_sums:
+        return p2, q2
+    return p2, q2, (np.stack([sp, sq], axis=-1) if p2 is p and q2 is q else None)
 
 
 def per_row(value, rows: int, name: str, *, upper: float | None = None) -> np.ndarray:

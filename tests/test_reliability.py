@@ -262,6 +262,79 @@ def test_raw_core_refuses_sums_that_overflow():
 
 
 # ---------------------------------------------------------------------------------------------
+# The keys pass: bucket keys computed fast (float32 quotients, checked near bucket edges) equal the
+# definition, r = (q/Σq)/(p/Σp) in float64, token by token.
+
+
+def _naive_float32_keys(p, q):
+    """Keys from r in float32 alone, with no check near the edges: what the fast pass must not be."""
+    c = np.float32(p.astype(np.float64).sum() / q.astype(np.float64).sum())
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = (q / p) * c + np.float32(0)
+    lin = (r.view(np.int32) >> 17) - (127 << 6)
+    lower = 1 + 48 * 64
+    return np.where(lin < 0, np.maximum(lin + lower, 0), lower + np.minimum(lin, lower - 1))
+
+
+def _edge_rows(rng, n=4096):
+    """float32 rows with r = (q/Σq)/(p/Σp) exactly on bucket edges 2^E·(1 + m/64), plus r = 1
+    and zeros: p has 8 significant bits, q = p·edge is exact, and each token has a mirror image
+    (q, p), so that Σp = Σq exactly (every sum is exact in float64)."""
+    edge = np.exp2(rng.integers(-10, 10, n)) * (1 + rng.integers(0, 64, n) / 64)
+    p = rng.integers(1, 256, n) * 2.0**-12
+    q = p * edge
+    q[:64] = p[:64]  # r = 1
+    q[64:96] = 0.0
+    p, q = np.concatenate([p, q]), np.concatenate([q, p])
+    return p.astype(np.float32), q.astype(np.float32)
+
+
+def _far_rows(rng, n=4096):
+    """float32 rows whose quotients q/p overflow or underflow float32, with p or q zero here and there."""
+    p = rng.lognormal(0, 3, n)
+    q = rng.lognormal(0, 3, n)
+    p[:8], q[:8] = 1e-42, 1e-2  # q/p overflows
+    p[8:16], q[8:16] = 1e-2, 1e-42  # q/p is denormal
+    q[16:48] = 0.0
+    p[48:64] = 0.0
+    return p.astype(np.float32), q.astype(np.float32)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-30, 1e30])
+def test_fast_bucket_keys_match_the_definition(scale, rng):
+    rows = [_edge_rows(rng), _far_rows(rng), llm_like(rng, 5000)]
+    rows += [(rng.dirichlet(np.full(3000, 0.1)), rng.dirichlet(np.full(3000, 0.1)))]
+    for p, q in rows:
+        for dtype in (np.float32, np.float64):
+            p2, q2 = (p * scale).astype(dtype), q.astype(dtype)
+            fast, exact = _core.bucket_keys(p2, q2, False), _core.bucket_keys(p2, q2, True)
+            assert np.array_equal(fast, exact)
+    # The edge rows do need the check near edges: float32 quotients alone put tokens in the wrong bucket.
+    p, q = _edge_rows(rng)
+    regular = (p > 0) & (q > 0) & (q != p)
+    naive = _naive_float32_keys(p, q)
+    exact = _core.bucket_keys(p, q, True).astype(np.int64)
+    assert np.any(naive[regular] != exact[regular])
+
+
+def test_row_sums_given_to_the_core_change_nothing(rng):
+    # _core.solve takes the row sums Python computed (one pass saved); any wrong sums cost a
+    # second pass, never a wrong answer.
+    P, Q = (np.stack(x).astype(np.float32) for x in zip(*[llm_like(rng, 3000) for _ in range(4)]))
+    values = np.full(4, 0.1)
+    sums = np.stack([_core.row_stats(P)[:, 0], _core.row_stats(Q)[:, 0]], axis=1)
+    base = _core.solve(P, Q, 1, 0, values, 1)
+    for given in (sums, sums * (1 + 1e-7), np.ones_like(sums), np.full_like(sums, np.nan)):
+        out = _core.solve(P, Q, 1, 0, values, 1, given)
+        assert all(np.array_equal(a, b) for a, b in zip(base, out))
+    bad = P.copy()
+    bad[2, 5] = -1e-9
+    assert _core.solve(bad, Q, 1, 0, values, 1, sums)[2][2] == 2  # still refused
+    with pytest.raises(ValueError, match=r"\(B, 2\)"):
+        _core.solve(P, Q, 1, 0, values, 1, sums[:2])
+
+
+# ---------------------------------------------------------------------------------------------
 # Half precision: refused with a clear error
 
 

@@ -17,6 +17,7 @@
 namespace mentored {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 enum class Generator : int {
   tv = 0,

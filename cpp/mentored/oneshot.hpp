@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -154,6 +155,11 @@ typedef float v4f __attribute__((vector_size(16)));
 typedef long long v4i __attribute__((vector_size(32)));
 typedef unsigned long long v4u __attribute__((vector_size(32)));
 typedef unsigned short v4u16 __attribute__((vector_size(8)));
+typedef int v4i32 __attribute__((vector_size(16)));
+typedef unsigned v8u32 __attribute__((vector_size(32)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+typedef unsigned short v8u16 __attribute__((vector_size(16)));
 inline v4d load4(const double* x) {
   v4d v;
   std::memcpy(&v, x, sizeof v);
@@ -168,26 +174,23 @@ inline double lanes_sum(v4d v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 inline double lanes_min(v4d v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
 #endif
 
-// Σp, Σq, the sums of their negative entries (0 for a valid row; NaN or ±∞ show in the sums)
-// and the smallest positive entries: out = {Σp, Σq, Σp₋, Σq₋, min p₊, min q₊}.
+// Σp, Σq and the sums of their negative entries (0 for a valid row; NaN or ±∞ show in the
+// sums): out = {Σp, Σq, Σp₋, Σq₋}. Lane j sums the entries i ≡ j mod 4, as every pass here does.
 template <class T>
 MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* out) {
-  double sp = 0.0, sq = 0.0, np = 0.0, nq = 0.0, mp = kInf, mq = kInf;
+  double sp = 0.0, sq = 0.0, np = 0.0, nq = 0.0;
   std::size_t i = 0;
 #ifdef MENTORED_VECTORS
-  const v4d zero = {0.0, 0.0, 0.0, 0.0}, inf = {kInf, kInf, kInf, kInf};
-  v4d vsp = zero, vsq = zero, vnp = zero, vnq = zero, vmp = inf, vmq = inf;
+  const v4d zero = {0.0, 0.0, 0.0, 0.0};
+  v4d vsp = zero, vsq = zero, vnp = zero, vnq = zero;
   for (; i + 4 <= n; i += 4) {
     const v4d a = load4(p + i), b = load4(q + i);
     vsp += a;
     vsq += b;
     vnp += a < zero ? a : zero;
     vnq += b < zero ? b : zero;
-    vmp = (a > zero) & (a < vmp) ? a : vmp;
-    vmq = (b > zero) & (b < vmq) ? b : vmq;
   }
   sp = lanes_sum(vsp), sq = lanes_sum(vsq), np = lanes_sum(vnp), nq = lanes_sum(vnq);
-  mp = lanes_min(vmp), mq = lanes_min(vmq);
 #endif
   for (; i < n; ++i) {
     const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
@@ -195,10 +198,8 @@ MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* ou
     sq += b;
     np += std::min(a, 0.0);
     nq += std::min(b, 0.0);
-    mp = a > 0.0 && a < mp ? a : mp;
-    mq = b > 0.0 && b < mq ? b : mq;
   }
-  out[0] = sp, out[1] = sq, out[2] = np, out[3] = nq, out[4] = mp, out[5] = mq;
+  out[0] = sp, out[1] = sq, out[2] = np, out[3] = nq;
 }
 
 // One row's Σx in float64, smallest and largest entry: {Σ, min, max}. A NaN shows in the sum
@@ -313,7 +314,9 @@ class OneShot {
   static int key(double r);  // the bucket of a ratio r ≥ 0
 
   template <class T>
-  Status build(const T* p, const T* q, std::size_t n);
+  // sp, sq: Σp and Σq if the caller knows them (as sums_pass or _core.row_stats sum them), which
+  // saves a pass over the row; NaN otherwise. Wrong ones cost a second pass, not a wrong answer.
+  Status build(const T* p, const T* q, std::size_t n, double sp = kNaN, double sq = kNaN);
 
   double tv() const { return tv_; }
   double d_up() const { return d_up_; }
@@ -356,6 +359,8 @@ class OneShot {
     std::size_t j;   // tokens of that bucket (in sorted order) on the clipped side: [0, j) or [j, m)
   };
 
+  template <class T>
+  Status sums_check(const T* p, const T* q, std::size_t n);  // pass 1: Σp, Σq and the checks
   void set_input(const float* p, const float* q) { pf_ = p; qf_ = q; pd_ = qd_ = nullptr; }
   void set_input(const double* p, const double* q) { pd_ = p; qd_ = q; pf_ = qf_ = nullptr; }
   static double edge(int k);  // lower edge of bucket k
@@ -457,56 +462,150 @@ class OneShot {
 
 // ---------------------------------------------------------------------------------------------
 
-// Bucket keys (OneShot::key) of the tokens of a valid row scaled by ip = 1/Σp, iq = 1/Σq, with
-// the special keys for p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none); range[0],
-// range[1]: the smallest and largest bucket taken (kBuckets and −1 if none).
+// The key of one token exactly as the passes define it: r = (q·iq)/(p·ip) in float64.
+inline std::uint16_t exact_key(double pv, double qv, double ip, double iq);
+
+// What the keys pass learns of the row besides the keys.
+struct KeysInfo {
+  int lo, hi;          // the smallest and largest bucket taken (kBuckets and −1 if none)
+  double sp, sq;       // Σp and Σq, summed as sums_loop sums them (the same bits)
+  double min_a, min_b; // the smallest positive p_i/Σp and q_i/Σq
+  bool bad;            // a negative entry, NaN or ±∞
+};
+
+// Bucket keys (OneShot::key) of the tokens of a row scaled by ip = 1/Σp, iq = 1/Σq (Σ as given
+// by the caller: the pass sums the row as well, for build to confirm), with the special keys for
+// p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none).
 template <class T>
-MENTORED_INLINE void keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys,
-                               int* range) {
+MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys) {
   constexpr long long buckets = OneShot::kBuckets;
   long long lo = buckets, hi = -1;
+  double sp = 0.0, sq = 0.0, ma = kInf, mb = kInf;
+  bool bad = false;
   std::size_t i = 0;
 #ifdef MENTORED_VECTORS
   constexpr long long lower = OneShot::kLower, sub = OneShot::kSub;
   const v4d vip = {ip, ip, ip, ip}, viq = {iq, iq, iq, iq}, zero = {0.0, 0.0, 0.0, 0.0};
   const v4d inf = {kInf, kInf, kInf, kInf};
-  v4i vlo = {buckets, buckets, buckets, buckets}, vhi = {-1, -1, -1, -1};
+  constexpr int ibuckets = OneShot::kBuckets;
+  v4i32 vlo = {ibuckets, ibuckets, ibuckets, ibuckets}, vhi = {-1, -1, -1, -1};
+  v4i vbad = {0, 0, 0, 0};
+  v4d vsp = zero, vsq = zero, vma = inf, vmb = inf;
+  if constexpr (std::is_same<T, float>::value) {
+    // float32 rows, eight tokens at a time: the key from r ≈ (q/p)·(Σp/Σq) in float32, within
+    // 3 float32 ulps of r (three roundings of 2⁻²⁴), so exact unless r lies within a few ulps of a
+    // bucket edge (edges keep the low 23 − kSub mantissa bits zero) or the float32 quotient is
+    // not a normal number: those tokens get exact_key. One float64 division per token saved.
+    const double c = ip > 0.0 ? iq / ip : 0.0;  // r = (q/p)·c with c = Σq⁻¹/Σp⁻¹ = Σp/Σq
+    if (c > 0x1p-100 && c < 0x1p100) {
+      const float cf = static_cast<float>(c);
+      const v8f fzero = {0, 0, 0, 0, 0, 0, 0, 0}, finf = fzero + std::numeric_limits<float>::infinity();
+      constexpr int kLow = (1 << (23 - sub)) - 1, kMargin = 8;
+      v8i vlo8 = {ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets};
+      v8i vhi8 = vlo8 * 0 - 1, vbad8 = vlo8 * 0;
+      v8f vma8 = finf, vmb8 = finf;
+      for (; i + 8 <= n; i += 8) {
+        v8f pf, qf;
+        std::memcpy(&pf, p + i, sizeof pf);
+        std::memcpy(&qf, q + i, sizeof qf);
+        // Σ in float64, four lanes, blocks of four in order: the sums of sums_loop, bit for bit.
+        const v4f p0 = __builtin_shufflevector(pf, pf, 0, 1, 2, 3), p1 = __builtin_shufflevector(pf, pf, 4, 5, 6, 7);
+        const v4f q0 = __builtin_shufflevector(qf, qf, 0, 1, 2, 3), q1 = __builtin_shufflevector(qf, qf, 4, 5, 6, 7);
+        vsp += __builtin_convertvector(p0, v4d);
+        vsp += __builtin_convertvector(p1, v4d);
+        vsq += __builtin_convertvector(q0, v4d);
+        vsq += __builtin_convertvector(q1, v4d);
+        vbad8 |= ~((pf >= fzero) & (pf < finf)) | ~((qf >= fzero) & (qf < finf));
+        vma8 = (pf > fzero) & (pf < vma8) ? pf : vma8;  // scaled by ip below (monotone)
+        vmb8 = (qf > fzero) & (qf < vmb8) ? qf : vmb8;
+        const v8f d = qf / pf;
+        const v8f r = d * cf + fzero;  // + 0 turns −0 into +0
+        const v8i bits = (v8i)r, dbits = (v8i)d;
+        const v8i lin = (bits >> (23 - sub)) - static_cast<int>(127 << sub);
+        const v8i below = lin + static_cast<int>(lower) < 0 ? 0 : lin + static_cast<int>(lower);
+        const v8i above = static_cast<int>(lower) + (lin < static_cast<int>(lower - 1) ? lin : static_cast<int>(lower - 1));
+        const v8i zero_p = pf == fzero;
+        v8i k = lin < 0 ? below : above;
+        k = zero_p ? static_cast<int>(OneShot::kOutside) : k;
+        const v8i low = bits & kLow, exp_r = (bits >> 23) & 255, exp_d = (dbits >> 23) & 255;
+        const v8i positive_q = qf > fzero;
+        const v8i unsure = ((low < kMargin) | (low > kLow - kMargin) | (exp_r == 255) | (exp_d == 255) |
+                            (((exp_r == 0) | (exp_d == 0)) & positive_q)) & ~zero_p;
+        v8u16 k16 = __builtin_convertvector(k, v8u16);
+        long long any = 0;
+        for (int j = 0; j < 8; ++j) any |= unsure[j];
+        if (any) {  // rare: about 2·kMargin / 2^(23 − kSub) of the tokens
+          for (int j = 0; j < 8; ++j) {
+            if (unsure[j]) k16[j] = exact_key(p[i + j], q[i + j], ip, iq);
+          }
+          k = __builtin_convertvector(k16, v8i);
+        }
+        vlo8 = k < vlo8 ? k : vlo8;  // the special keys lie above every bucket
+        vhi8 = (k > vhi8) & (k < ibuckets) ? k : vhi8;
+        std::memcpy(keys + i, &k16, sizeof k16);
+      }
+      for (int j = 0; j < 8; ++j) {
+        lo = std::min<long long>(lo, vlo8[j]), hi = std::max<long long>(hi, vhi8[j]), bad |= vbad8[j] != 0;
+        ma = std::min(ma, static_cast<double>(vma8[j]) * ip);
+        mb = std::min(mb, static_cast<double>(vmb8[j]) * iq);
+      }
+    }
+  }
   for (; i + 4 <= n; i += 4) {
-    const v4d a = load4(p + i) * vip, b = load4(q + i) * viq;
+    const v4d pv = load4(p + i), qv = load4(q + i);
+    vsp += pv;
+    vsq += qv;
+    // Not (0 ≤ x < ∞): negative, NaN or ±∞.
+    vbad |= ~((pv >= zero) & (pv < inf)) | ~((qv >= zero) & (qv < inf));
+    const v4d a = pv * vip, b = qv * viq;
+    vma = (a > zero) & (a < vma) ? a : vma;
+    vmb = (b > zero) & (b < vmb) ? b : vmb;
     const v4d r = b / a + zero;  // + 0.0 turns −0.0 into +0.0 (see key)
-    const v4u bits = (v4u)r;  // a cast between vector types of one size keeps the bits
-    const v4i e = reinterpret_cast<v4i>(bits >> 52);
-    const v4i m = reinterpret_cast<v4i>((bits >> (52 - sub)) & ((1ULL << sub) - 1));
-    const v4i lin = ((e - 1023) << sub) + m;
-    const v4i below = lin + lower < 0 ? 0 : lin + lower;
-    const v4i above = lower + (lin < lower - 1 ? lin : lower - 1);
-    v4i k = lin < 0 ? below : above;
-    k = a == b ? static_cast<long long>(OneShot::kNone) : k;
-    k = (a == zero) | (r == inf) ? static_cast<long long>(OneShot::kOutside) : k;
+    // The key from the high 32 bits of r (sign 0, exponent, top mantissa bits), in 32-bit lanes.
+    const v8u32 words = (v8u32)r;  // a cast between vector types of one size keeps the bits
+    const v4i32 high = (v4i32)__builtin_shufflevector(words, words, 1, 3, 5, 7);
+    const v4i32 lin = (high >> (20 - sub)) - static_cast<int>(1023 << sub);
+    const v4i32 below = lin + static_cast<int>(lower) < 0 ? 0 : lin + static_cast<int>(lower);
+    const v4i32 above = static_cast<int>(lower) + (lin < static_cast<int>(lower - 1) ? lin : static_cast<int>(lower - 1));
+    v4i32 k = lin < 0 ? below : above;
+    k = __builtin_convertvector(a == b, v4i32) ? static_cast<int>(OneShot::kNone) : k;
+    k = __builtin_convertvector((a == zero) | (r == inf), v4i32) ? static_cast<int>(OneShot::kOutside) : k;
     vlo = k < vlo ? k : vlo;  // the special keys lie above every bucket
-    vhi = (k > vhi) & (k < buckets) ? k : vhi;
+    vhi = (k > vhi) & (k < ibuckets) ? k : vhi;
     const v4u16 k16 = __builtin_convertvector(k, v4u16);
     std::memcpy(keys + i, &k16, sizeof k16);
   }
-  for (int j = 0; j < 4; ++j) lo = std::min(lo, vlo[j]), hi = std::max(hi, vhi[j]);
+  for (int j = 0; j < 4; ++j) {
+    lo = std::min<long long>(lo, vlo[j]), hi = std::max<long long>(hi, vhi[j]), bad |= vbad[j] != 0;
+  }
+  sp = lanes_sum(vsp), sq = lanes_sum(vsq), ma = std::min(ma, lanes_min(vma)), mb = std::min(mb, lanes_min(vmb));
 #endif
   for (; i < n; ++i) {
-    const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
-    const double r = b / a;
-    keys[i] = a == 0.0 || r == kInf ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
+    const double pv = static_cast<double>(p[i]), qv = static_cast<double>(q[i]);
+    sp += pv;
+    sq += qv;
+    bad |= !(pv >= 0.0 && pv < kInf && qv >= 0.0 && qv < kInf);
+    const double a = pv * ip, b = qv * iq;
+    ma = a > 0.0 && a < ma ? a : ma;
+    mb = b > 0.0 && b < mb ? b : mb;
+    keys[i] = exact_key(pv, qv, ip, iq);
     if (keys[i] < buckets) lo = std::min<long long>(lo, keys[i]), hi = std::max<long long>(hi, keys[i]);
   }
-  range[0] = static_cast<int>(lo);
-  range[1] = static_cast<int>(hi);
+  return {static_cast<int>(lo), static_cast<int>(hi), sp, sq, ma, mb, bad};
 }
 
-MENTORED_CLONES inline void keys_pass(const float* p, const float* q, std::size_t n, double ip, double iq,
-                                      std::uint16_t* keys, int* range) {
-  keys_loop(p, q, n, ip, iq, keys, range);
+inline std::uint16_t exact_key(double pv, double qv, double ip, double iq) {
+  const double a = pv * ip, b = qv * iq, r = b / a;
+  return a == 0.0 || r == kInf ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
 }
-MENTORED_CLONES inline void keys_pass(const double* p, const double* q, std::size_t n, double ip, double iq,
-                                      std::uint16_t* keys, int* range) {
-  keys_loop(p, q, n, ip, iq, keys, range);
+
+MENTORED_CLONES inline KeysInfo keys_pass(const float* p, const float* q, std::size_t n, double ip, double iq,
+                                          std::uint16_t* keys) {
+  return keys_loop(p, q, n, ip, iq, keys);
+}
+MENTORED_CLONES inline KeysInfo keys_pass(const double* p, const double* q, std::size_t n, double ip, double iq,
+                                          std::uint16_t* keys) {
+  return keys_loop(p, q, n, ip, iq, keys);
 }
 
 inline int OneShot::key(double r) {
@@ -545,31 +644,7 @@ inline double OneShot::edge(int k) {
 }
 
 template <class T>
-Status OneShot::build(const T* p, const T* q, std::size_t n) {
-  // Pass 1: sums, and a check of every entry without a branch: a negative entry shows in the
-  // sums of negatives, a NaN or ±∞ in the sums.
-  double sums[6];
-  sums_pass(p, q, n, sums);
-  sp_ = sums[0];
-  sq_ = sums[1];
-  if (!(sums[2] == 0.0 && sums[3] == 0.0 && sp_ < kInf && sq_ < kInf)) {
-    // Finite entries can also sum past DBL_MAX (float64 rows near 1e308, fed to the core
-    // directly): 1/∞ = 0 would zero every ratio and solve a row that is not the input.
-    return Status::bad_value;
-  }
-  if (!(sp_ > 0.0) || !(sq_ > 0.0)) return Status::zero_row;
-
-  // Scaling by a reciprocal (one rounding more than dividing) keeps divisions out of the passes;
-  // build_pi scales the same way, so the row is the same normalised row throughout.
-  ip_ = 1.0 / sp_;
-  iq_ = 1.0 / sq_;
-  // A row summing below 2^-1024 (all entries denormal) has no float64 reciprocal: 1/sp = ∞ would
-  // make every a = p_i·∞ = ∞ and π infinite (found by fuzz/fuzz_core.py). Such rows are refused
-  // here; the Python side never sends them (it divides by the sum first when it normalises).
-  if (!(ip_ < kInf) || !(iq_ < kInf)) return Status::bad_value;
-  min_a_ = sums[4] * ip_;
-  min_b_ = sums[5] * iq_;
-
+Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double sq) {
   // Pass 2: the bucket of each token (vectorised), bucket counts and sums.
   constexpr int kSlots = 1 << 16;  // one per 16-bit key
   if (P_.size() != static_cast<std::size_t>(kSlots)) {  // first row: allocate, all buckets empty
@@ -605,8 +680,27 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   dirty_hi_ = -1;
   keys_.resize(n);
   set_input(p, q);
-  int range[2];
-  keys_pass(p, q, n, ip_, iq_, keys_.data(), range);
+  // Given sums that are usable, the keys pass does the checks of pass 1 as it goes; otherwise, or
+  // if the row does not sum to what was given, pass 1 first.
+  KeysInfo info{};
+  const bool given = sp > 0.0 && sp < kInf && sq > 0.0 && sq < kInf && 1.0 / sp < kInf && 1.0 / sq < kInf;
+  if (given) {
+    info = keys_pass(p, q, n, 1.0 / sp, 1.0 / sq, keys_.data());
+    if (info.bad) return Status::bad_value;
+  }
+  if (!given || info.sp != sp || info.sq != sq) {
+    const Status st = sums_check(p, q, n);
+    if (st != Status::ok) return st;
+    info = keys_pass(p, q, n, ip_, iq_, keys_.data());
+  } else {
+    sp_ = sp;
+    sq_ = sq;
+    ip_ = 1.0 / sp;
+    iq_ = 1.0 / sq;
+  }
+  min_a_ = info.min_a;
+  min_b_ = info.min_b;
+  const int range[2] = {info.lo, info.hi};
   // Counts and sums per key, special keys included: p_i = 0, or q/p beyond DBL_MAX (a denormal
   // p_i), go to kOutside, where no threshold can clip them, as in path.hpp (the continuation is
   // the only way they get mass); Q at kOutside is then Q0. kNone: p_i = q_i, π_i = p_i throughout.
@@ -659,6 +753,32 @@ Status OneShot::build(const T* p, const T* q, std::size_t n) {
   mid_hi_[kLower] = 0.0;
   lo_reach_ = kLower - 1;
   hi_reach_ = kLower;
+  return Status::ok;
+}
+
+template <class T>
+Status OneShot::sums_check(const T* p, const T* q, std::size_t n) {
+  // Pass 1: sums, and a check of every entry without a branch: a negative entry shows in the
+  // sums of negatives, a NaN or ±∞ in the sums.
+  double sums[4];
+  sums_pass(p, q, n, sums);
+  sp_ = sums[0];
+  sq_ = sums[1];
+  if (!(sums[2] == 0.0 && sums[3] == 0.0 && sp_ < kInf && sq_ < kInf)) {
+    // Finite entries can also sum past DBL_MAX (float64 rows near 1e308, fed to the core
+    // directly): 1/∞ = 0 would zero every ratio and solve a row that is not the input.
+    return Status::bad_value;
+  }
+  if (!(sp_ > 0.0) || !(sq_ > 0.0)) return Status::zero_row;
+
+  // Scaling by a reciprocal (one rounding more than dividing) keeps divisions out of the passes;
+  // build_pi scales the same way, so the row is the same normalised row throughout.
+  ip_ = 1.0 / sp_;
+  iq_ = 1.0 / sq_;
+  // A row summing below 2^-1024 (all entries denormal) has no float64 reciprocal: 1/sp = ∞ would
+  // make every a = p_i·∞ = ∞ and π infinite (found by fuzz/fuzz_core.py). Such rows are refused
+  // here; the Python side never sends them (it divides by the sum first when it normalises).
+  if (!(ip_ < kInf) || !(iq_ < kInf)) return Status::bad_value;
   return Status::ok;
 }
 

@@ -39,8 +39,8 @@ constexpr int kRowFields = 6;
 
 template <class T, class F>
 Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n, Mode mode, double value, T* pi,
-                 RowResult& out) {
-  const Status st = row.build(p, q, n);
+                 RowResult& out, double sp = kNaN, double sq = kNaN) {
+  const Status st = row.build(p, q, n, sp, sq);
   if (st != Status::ok) return st;
   const double s_max = row.s_max(f.f_inf);
   Point x;
@@ -64,10 +64,12 @@ Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n
   return Status::ok;
 }
 
-// threads ≤ 0: the OpenMP default.
+// threads ≤ 0: the OpenMP default. sums: (rows, 2) of Σp, Σq per row if known (OneShot::build),
+// or null.
 template <class T, class F>
 void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const F& f, Mode mode,
-                 const double* values, int threads, T* pi, double* results, int* status) {
+                 const double* values, int threads, T* pi, double* results, int* status,
+                 const double* sums = nullptr) {
 #ifdef _OPENMP
   // No more threads than rows: a team that waits for work costs more than one small row.
   const int nt = static_cast<int>(std::min<std::size_t>(threads > 0 ? threads : omp_get_max_threads(), rows));
@@ -82,7 +84,8 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
     for (long long b = 0; b < static_cast<long long>(rows); ++b) {
       const std::size_t o = static_cast<std::size_t>(b) * n;
       RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
-      const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r);
+      const double sp = sums ? sums[2 * b] : kNaN, sq = sums ? sums[2 * b + 1] : kNaN;
+      const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r, sp, sq);
       status[b] = static_cast<int>(st);
       r.store(results + static_cast<std::size_t>(b) * kRowFields);
     }
