@@ -44,9 +44,11 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
 }
 
 // Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)). sums: None, or the
-// (B, 2) row sums Σp, Σq as row_stats computes them, which spares the core a pass per row.
+// (B, 2) row sums Σp, Σq as row_stats computes them, which spares the core a pass per row. out:
+// None, or a (B, n) C-contiguous array of T that receives π (no allocation per call).
 template <class T>
-py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums) {
+py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums,
+                py::object out_arg) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
   carray<double> given;
   if (!sums.is_none()) {
@@ -55,7 +57,17 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
       throw std::invalid_argument("sums must be a (B, 2) array of row sums");
   }
   const BuiltinF f(generator(code));
-  carray<T> pi({rows, n});
+  carray<T> pi;
+  if (out_arg.is_none()) {
+    pi = carray<T>({rows, n});
+  } else {
+    // Taken as it is: a cast would make a copy, and π would land in the copy.
+    if (!py::isinstance<carray<T>>(out_arg)) throw std::invalid_argument("out must be a C-contiguous array of the inputs' dtype");
+    pi = py::reinterpret_borrow<carray<T>>(out_arg);
+    if (pi.ndim() != 2 || static_cast<std::size_t>(pi.shape(0)) != rows || static_cast<std::size_t>(pi.shape(1)) != n ||
+        !(pi.flags() & py::array::c_style) || !pi.writeable())
+      throw std::invalid_argument("out must be a writeable C-contiguous (B, n) array of the inputs' dtype");
+  }
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
   {
@@ -318,9 +330,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of mentored: the sorted-ratio structure and the batched solver.";
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none());
+        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none());
+        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
   m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),

@@ -92,8 +92,30 @@ def _custom(div: Divergence):
     return vec, scalar, f_inf
 
 
+def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
+    """``out=`` of :func:`solve`, checked: π is written there, so nothing may be converted."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if p.dtype != dtype or q.dtype != dtype or out.dtype != dtype:
+        raise ValueError(f"out needs target, draft and out of one dtype; got {p.dtype}, {q.dtype} and {out.dtype}")
+    if out.shape != p.shape:
+        raise ValueError(f"out must have the target's shape {p.shape}, got {out.shape}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be a writeable C-contiguous array")
+    return out
+
+
 def solve(
-    target, draft, *, divergence="kl", budget=None, acceptance=None, threads=None, normalize=False, check=False
+    target,
+    draft,
+    *,
+    divergence="kl",
+    budget=None,
+    acceptance=None,
+    threads=None,
+    normalize=False,
+    check=False,
+    out=None,
 ) -> Solution:
     r"""Optimal verification distributions for speculative decoding, row by row.
 
@@ -125,6 +147,10 @@ def solve(
         Certify every row (:func:`mentored.certify`, duality gap and feasibility) and, for rows of
         at most 2000 tokens with a budget, compare with the convex-program oracle; raise
         ``RuntimeError`` on any disagreement.
+    out : numpy.ndarray, optional
+        Where to write :math:`\pi`: a writeable C-contiguous array of the target's shape and dtype
+        (both inputs of that dtype). A decoding loop that passes the same buffer every step saves
+        an allocation per call; ``Solution.pi`` is then a view of ``out``.
 
     Returns
     -------
@@ -152,12 +178,16 @@ def solve(
     else:
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
     nthreads = threads_arg(threads)
+    out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     if div._code is not None:
         sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
-        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads, sums2)
+        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads, sums2, out2)
     else:
         vec, scalar, f_inf = _custom(div)
         pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values)
+        if out2 is not None:
+            out2[...] = pi
+            pi = out2
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])

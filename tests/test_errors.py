@@ -66,6 +66,10 @@ def test_normalize_renormalises_instead_of_refusing():
         (dict(budget=0.1, divergence=3), TypeError, "divergence must be a name"),
         (dict(budget=0.1, threads=0), ValueError, "threads must be a positive integer"),
         (dict(budget=0.1, threads=1.5), ValueError, "threads must be a positive integer"),
+        (dict(budget=0.1, out=[0.0, 0.0]), TypeError, "out must be a numpy array"),
+        (dict(budget=0.1, out=np.empty(5)), ValueError, r"out must have the target's shape \(3,\)"),
+        (dict(budget=0.1, out=np.empty(3, np.float32)), ValueError, "out needs target, draft and out of one dtype"),
+        (dict(budget=0.1, out=np.empty(6)[::2]), ValueError, "out must be a writeable C-contiguous array"),
     ],
 )
 def test_bad_parameters(kwargs, error, message):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 from numpy.testing import assert_allclose, assert_array_equal
 
 import mentored
@@ -197,6 +198,21 @@ def test_float32_in_float32_out(div, rng):
     sol64 = mentored.solve(P.astype(np.float64), Q.astype(np.float64), divergence=div, budget=0.1)
     assert_allclose(sol32.acceptance, sol64.acceptance, rtol=0, atol=2e-5)
     assert_allclose(sol32.pi.sum(axis=1), 1.0, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_out_receives_pi(dtype, rng):
+    P = rng.dirichlet(np.full(500, 0.3), size=3).astype(dtype)
+    Q = rng.dirichlet(np.full(500, 0.3), size=3).astype(dtype)
+    t = sympy.Symbol("t", positive=True)
+    for div in ("kl", mentored.Divergence.from_sympy((t - 1) ** 2, t, name="chi2_sym")):
+        fresh = mentored.solve(P, Q, divergence=div, budget=0.1, normalize=True)
+        out = np.full_like(P, np.nan)
+        sol = mentored.solve(P, Q, divergence=div, budget=0.1, normalize=True, out=out)
+        assert np.shares_memory(sol.pi, out) and np.array_equal(out, fresh.pi)
+        row = np.full_like(P[0], np.nan)
+        one = mentored.solve(P[0], Q[0], divergence=div, budget=0.1, normalize=True, out=row)
+        assert np.shares_memory(one.pi, row) and np.array_equal(row, fresh.pi[0])
 
 
 def test_scalar_fields_for_one_row_and_arrays_for_batches(rng):

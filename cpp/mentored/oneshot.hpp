@@ -402,14 +402,24 @@ class OneShot {
   // Tokens in bucket order, bucket k at [start_[k], start_[k + 1]) (a counting sort), for the
   // buckets [filled_lo_, filled_hi_] only: the search needs those around r = 1 and the thresholds.
   std::vector<Token> tokens_;
+  std::vector<std::uint64_t> order_;  // scratch for sort_bucket
+  std::vector<Token> spare_;          // scratch for sort_bucket
   int filled_lo_ = 0, filled_hi_ = -1;
   std::vector<std::uint32_t> chosen_;  // scratch for fill
   void fill(int lo, int hi);  // fill buckets [lo, hi] (and keep those already filled)
   const float *pf_ = nullptr, *qf_ = nullptr;  // the input row, whichever its type
   const double *pd_ = nullptr, *qd_ = nullptr;
   void fill_bucket(int k) {
-    if (k < filled_lo_ || k > filled_hi_) fill(0, kBuckets - 1);  // unforeseen: fill them all
+    if (k >= hole_lo_ && k <= hole_hi_) fill_hole();
+    else if (k < filled_lo_ || k > filled_hi_) fill(0, kBuckets - 1);  // unforeseen: fill them all
   }
+  // Buckets [hole_lo_, hole_hi_] inside the filled range have F_ but no tokens (fill_split).
+  int hole_lo_ = 1, hole_hi_ = 0;
+  template <class F>
+  void fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi);
+  void fill_hole();
+  void scatter(std::size_t m);  // chosen_[0, m) into their buckets
+  std::vector<double> weights_;  // scratch for fill_split
   void fill_for(double s);  // fill what D_f(π(s)‖p) and the thresholds at s need
   // Per-bucket arrays are computed over the occupied buckets [kmin_, kmax_] only (and the run
   // of empty buckets between them and r = 1 where that matters); outside it they are constant,
@@ -732,6 +742,8 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
   for (int k = kmin; k <= kmax; ++k) pos_[k] = start_[k];
   filled_lo_ = 0;
   filled_hi_ = -1;
+  hole_lo_ = 1;
+  hole_hi_ = 0;
 
   below_P_[below_lo()] = below_Q_[below_lo()] = 0.0;
   for (int k = below_lo(); k < below_hi(); ++k) {
@@ -793,7 +805,23 @@ inline void OneShot::fill(int lo, int hi) {
   if (lo >= old_lo && hi <= old_hi) return;
   const std::size_t n = keys_.size();
   chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
-  const std::size_t m = choose(keys_.data(), n, lo, hi, old_lo, old_hi, chosen_.data());
+  scatter(choose(keys_.data(), n, lo, hi, old_lo, old_hi, chosen_.data()));
+  filled_lo_ = lo;
+  filled_hi_ = hi;
+}
+
+inline void OneShot::fill_hole() {
+  const int lo = hole_lo_, hi = hole_hi_;
+  hole_lo_ = 1;
+  hole_hi_ = 0;
+  const std::size_t n = keys_.size();
+  const std::size_t m = choose(keys_.data(), n, lo, hi, 1, 0, chosen_.data());
+  scatter(m);
+}
+
+inline void OneShot::scatter(std::size_t m) {
+  // The tokens chosen_[0, m) into their buckets, ratio computed as in build: the same r, the
+  // same bucket.
   const std::uint16_t* keys = keys_.data();
   const std::uint32_t* chosen = chosen_.data();
   Token* tokens = tokens_.data();
@@ -803,10 +831,49 @@ inline void OneShot::fill(int lo, int hi) {
     const std::size_t i = chosen[j];
     const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip;
     const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq;
-    tokens[pos[keys[i]]++] = {b / a, a, b};  // the same operations as in build: the same r, the same bucket
+    tokens[pos[keys[i]]++] = {b / a, a, b};
+  }
+}
+
+template <class F>
+void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
+  // Buckets [lo, hi], of which those in [mid_lo, mid_hi] are never a threshold's in the search
+  // that follows: those only need Σ p f(r), computed straight from the row a block at a time,
+  // in token order as bucket_f would sum them (the same bits), without moving their tokens.
+  mid_lo = std::max(mid_lo, lo);
+  mid_hi = std::min(mid_hi, hi);
+  if (filled_lo_ <= filled_hi_ || mid_lo > mid_hi) return fill(lo, hi);
+  const std::size_t n = keys_.size();
+  chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
+  scatter(choose(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data()));
+  const std::size_t m = choose(keys_.data(), n, mid_lo, mid_hi, 1, 0, chosen_.data());
+  for (int k = mid_lo; k <= mid_hi; ++k) {
+    F_[k] = 0.0;
+    touch(k);
+  }
+  constexpr std::size_t kBlock = 2048;
+  ratios_.resize(kBlock);
+  fvals_.resize(kBlock);
+  weights_.resize(kBlock);
+  const std::uint16_t* keys = keys_.data();
+  const std::uint32_t* chosen = chosen_.data();
+  const double ip = ip_, iq = iq_;
+  for (std::size_t j0 = 0; j0 < m; j0 += kBlock) {
+    const std::size_t len = std::min(kBlock, m - j0);
+    for (std::size_t j = 0; j < len; ++j) {
+      const std::size_t i = chosen[j0 + j];
+      const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip;
+      const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq;
+      weights_[j] = a;
+      ratios_[j] = b / a;
+    }
+    evaluate_many(f, ratios_.data(), len, fvals_.data(), 0);
+    for (std::size_t j = 0; j < len; ++j) F_[keys[chosen[j0 + j]]] += weights_[j] * fvals_[j];
   }
   filled_lo_ = lo;
   filled_hi_ = hi;
+  hole_lo_ = mid_lo;
+  hole_hi_ = mid_hi;
 }
 
 inline void OneShot::fill_for(double s) {
@@ -823,8 +890,25 @@ inline void OneShot::sort_bucket(int k) {
   if (sorted_[k]) return;
   fill_bucket(k);
   touch(k);
-  std::sort(tokens_.begin() + begin(k), tokens_.begin() + begin(k + 1),
-            [](const Token& a, const Token& b) { return a.r < b.r; });
+  const std::size_t first = begin(k), m = begin(k + 1) - first;
+  constexpr int kIndexBits = 64 - (52 - kSub);  // what a ratio of a regular bucket leaves free
+  if (k == 0 || k == kBuckets - 1 || m >= (std::size_t{1} << kIndexBits)) {
+    std::sort(tokens_.begin() + first, tokens_.begin() + first + m, [](const Token& a, const Token& b) { return a.r < b.r; });
+  } else {
+    // The ratios of a regular bucket share sign, exponent and top kSub mantissa bits: their
+    // other 52 − kSub bits and the token's place in the bucket make one integer, which sorts
+    // faster than 24-byte tokens do (ties keep token order).
+    order_.resize(m);
+    for (std::size_t j = 0; j < m; ++j) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &tokens_[first + j].r, sizeof bits);
+      order_[j] = (bits << (64 - (52 - kSub)) >> (64 - (52 - kSub)) << kIndexBits) | j;
+    }
+    std::sort(order_.begin(), order_.end());
+    spare_.assign(tokens_.begin() + first, tokens_.begin() + first + m);
+    const std::uint64_t mask = (std::uint64_t{1} << kIndexBits) - 1;
+    for (std::size_t j = 0; j < m; ++j) tokens_[first + j] = spare_[order_[j] & mask];
+  }
   // Clipped tokens are a prefix of a lower bucket and a suffix of an upper bucket; each side sums
   // in its own direction, so that no clipped mass is ever a difference of two larger sums.
   double P = 0.0, Q = 0.0;
@@ -1112,7 +1196,16 @@ Point OneShot::solve_budget(const F& f, double budget) {
     b = hi;
   }
   // The bounds are exact only to rounding: confirm the bracket with D itself, or widen it.
-  fill_for(b);  // every bucket the search below touches, in one pass (unless the bracket widens)
+  {
+    // Every bucket the search below touches (unless the bracket widens): the thresholds' buckets
+    // over [a, b] and those between, which are never a threshold's: only Σ p f(r) of those.
+    const bool lower_side = begin(kLower) > 0, upper_side = begin(kBuckets) > begin(kLower);
+    const int lo = lower_side && b > 0.0 ? lower_bucket(std::max(tv_ - b, 0.0)) : kLower;
+    const int hi = !upper_side || !(b > 0.0) ? kLower - 1 : b > d_up_ ? kBuckets - 1 : upper_bucket(std::max(d_up_ - b, 0.0));
+    const int lo_a = lower_side && a > 0.0 ? lower_bucket(std::max(tv_ - a, 0.0)) : kLower - 1;
+    const int hi_a = !upper_side || !(a > 0.0) ? kLower : a > d_up_ ? kBuckets : upper_bucket(std::max(d_up_ - a, 0.0));
+    if (lo <= hi) fill_split(f, lo, hi, lo_a + 1, hi_a - 1);
+  }
   if (a > 0.0 && !(divergence(f, a) <= budget)) {
     b = a;
     a = 0.0;
