@@ -8,7 +8,8 @@ Every time is the best of several repeats, in milliseconds, and every ratio is a
 measured in the same process on the same arrays:
 
 - stream: one numpy pass, ``np.minimum(p, q, out=buf)``: the memory floor (single-threaded);
-- solver: ``mentored.solve(..., divergence="kl", budget=0.1)``, 1 thread and all threads;
+- solver: ``mentored.solve(..., divergence="kl", budget=0.1)``, 1 thread and all threads, and all
+  threads writing into a preallocated ``out=`` (what a decoding loop does: no fresh π per call);
 - argsort: a numpy solve built on ``np.argsort`` of the ratios (below), the obvious alternative;
 - lossless: the standard speculative step (accept/residual sampling) in numpy;
 - reference: mentored.reference (bisection on the definitions), one row, where it finishes;
@@ -125,21 +126,30 @@ def main():
     print(f"machine: {platform.machine()}, {threads} cores, {platform.processor() or 'cpu'}; numpy {np.__version__};"
           f" OpenMP in the core: {mentored._core.has_openmp()}")
     print("times in ms (best of repeats); ratios against the stream pass on the same arrays\n")
-    header = f"{'vocab':>7} {'batch':>5} {'stream':>8} {'solve 1t':>9} {'solve':>8} {'/stream':>8} {'argsort':>9} {'/solve':>7} {'lossless':>9} {'/stream':>8}"
+    header = (
+        f"{'vocab':>7} {'batch':>5} {'stream':>8} {'solve 1t':>9} {'solve':>8} {'/stream':>8} {'out=':>8} {'/stream':>8}"
+        f" {'argsort':>9} {'/solve':>7} {'/out=':>6} {'lossless':>9} {'/stream':>8}"
+    )
     print(header)
     summary = {}
     for n in vocabs:
         for B in batches:
             P, Q = rows(B, n)
             buf = np.empty_like(P)
-            t_stream = best(lambda: np.minimum(P, Q, out=buf), 9)
-            t_one = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1, threads=1))
-            t_all = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1))
-            t_sort = best(lambda: argsort_solve(P, Q, 0.1), 2) if B <= 8 or n <= 131072 else float("nan")
+            out = np.empty_like(P)
+            t_stream = best(lambda: np.minimum(P, Q, out=buf), 15)
+            t_one = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1, threads=1), 7)
+            t_all = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1), 15)
+            t_out = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1, out=out), 15)
+            t_sort = best(lambda: argsort_solve(P, Q, 0.1), 3) if B <= 8 or n <= 131072 else float("nan")
             rng = np.random.default_rng(1)
             t_lossless = best(lambda: lossless_step(P, Q, rng), 3)
-            summary[(n, B)] = (t_stream, t_one, t_all, t_sort)
-            print(f"{n:7d} {B:5d} {t_stream:8.2f} {t_one:9.2f} {t_all:8.2f} {t_all / t_stream:7.1f}x {t_sort:9.1f} {t_sort / t_all:6.1f}x {t_lossless:9.2f} {t_lossless / t_stream:7.1f}x")
+            summary[(n, B)] = (t_stream, t_one, t_all, t_out, t_sort)
+            print(
+                f"{n:7d} {B:5d} {t_stream:8.2f} {t_one:9.2f} {t_all:8.2f} {t_all / t_stream:7.1f}x {t_out:8.2f}"
+                f" {t_out / t_stream:7.1f}x {t_sort:9.1f} {t_sort / t_all:6.1f}x {t_sort / t_out:5.1f}x"
+                f" {t_lossless:9.2f} {t_lossless / t_stream:7.1f}x"
+            )
     # The argsort solve must agree with the core (it is a second, independent implementation).
     P, Q = rows(4, 32768)
     gap = np.max(np.abs(argsort_solve(P, Q, 0.1) - mentored.solve(P, Q, divergence="kl", budget=0.1).acceptance))
@@ -158,13 +168,22 @@ def main():
     print(f"  time(batch 64) / time(batch 8), 1 thread: {t64 / t8:.2f} (8.00 is linear)")
     t2 = best(lambda: mentored.solve(P1, Q1, divergence="kl", budget=0.1, threads=2))
     print(f"  threads 1 -> 2 on 64 x 32768: speed-up {t64 / t2:.2f}x")
+    query = {}
     for n in (2**10, 2**20):
         p, q = llm_like(np.random.default_rng(2), n)
         path = mentored.MentoredPath(p, q)
         budgets = np.random.default_rng(3).uniform(0, 0.5, 2000)
         path.frontier(budgets[:10], "kl")  # build the kl table once
-        t = best(lambda: path.frontier(budgets, "kl")) / len(budgets)
-        print(f"  MentoredPath query at n = 2^{int(np.log2(n))}: {1e3 * t:.2f} us")
+        query[n] = best(lambda: path.frontier(budgets, "kl")) / len(budgets)
+        print(f"  MentoredPath query at n = 2^{int(np.log2(n))}: {1e3 * query[n]:.2f} us")
+
+    if (131072, 64) in summary:
+        t_stream, t_one, t_all, t_out, t_sort = summary[(131072, 64)]
+        print("\nthe targets of the speed issue, from the runs above (64 x 131072 float32, kl, budget 0.1):")
+        print(f"  solve / single-threaded stream: {t_all / t_stream:.1f}x ({t_out / t_stream:.1f}x with out=); target <= 3x")
+        print(f"  argsort solve / solve: {t_sort / t_all:.1f}x ({t_sort / t_out:.1f}x with out=); target >= 30x")
+        print(f"  threads 1 -> 2: {t_one / t_all:.2f}x here, {t64 / t2:.2f}x on 64 x 32768; target >= 1.7x")
+        print(f"  MentoredPath query 2^20 / 2^10: {query[2**20] / query[2**10]:.2f}x; target <= 2x")
 
     print("\nanchors on one row:")
     for n in (1000, 10000):

@@ -7,9 +7,17 @@
 //     Down(e) = TV − (e·P_{r<e} − Q_{r<e}),   Up(e) = D_up − (Q_{r>e} − e·P_{r>e}),
 // so a threshold is located to its bucket by binary search over edges, and only that bucket is
 // sorted to invert exactly inside it (proofs: Inversion.v, Down_inversion / Up_inversion).
-// D_f(π(s)‖p) needs Σ p f(r) over the unclipped tokens only; those form a run of buckets around
-// r = 1 that grows with s, so f is evaluated lazily, bucket by bucket, as the search reaches it.
-// The budget search is a bisection on s (D is nondecreasing in s: Monotone.v, D_monotone).
+//
+// The budget search (D is nondecreasing in s: Monotone.v, D_monotone) runs in two phases.
+//  1. On bucket sums alone: f at the bucket edges and at each bucket's mean ratio bound Σ p f(r)
+//     per bucket (monotonicity of f on each side of 1, Jensen, the chord), hence D(s) from below
+//     and above; bisection brackets the answer to a few buckets of each threshold.
+//  2. Exact, by bisection inside the bracket. Only the tokens of the buckets from one threshold to
+//     the other are touched: those the thresholds can visit are moved into bucket order (a
+//     counting sort restricted to them) and sorted when visited; those always between the
+//     thresholds only need Σ p f(r), taken straight from the row (fill_split).
+// Per row: a pass for the keys (with the checks and, unless given, the sums), one for the bucket
+// sums, one for π, and f once per unclipped token; no work proportional to the number of buckets.
 #pragma once
 
 #include <algorithm>
@@ -143,13 +151,13 @@ MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std:
   pi_loop(p, q, keys, n, x, out);
 }
 
-// The two streaming passes of OneShot::build, four tokens at a time in GCC/Clang vector types:
-// each lane keeps its own running sums, so the order of every sum is fixed by the token index
-// (the same result on any machine and any clone), and the loops run at the speed of the memory.
+// The streaming passes over a row (sums, keys) in GCC/Clang vector types, four float64 lanes:
+// lane j keeps the running sums of the tokens i ≡ j mod 4, so the order of every sum is fixed by
+// the token index (the same bits on any machine and in any clone), and the loops run at the
+// speed of the memory. Vectors are passed by reference (by value would change the call ABI with
+// the instruction set).
 #if defined(__GNUC__)
 #define MENTORED_VECTORS 1
-// Passing 32-byte vectors between inlined helpers: no ABI is involved, silence the note.
-#pragma GCC diagnostic ignored "-Wpsabi"
 typedef double v4d __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef long long v4i __attribute__((vector_size(32)));
@@ -160,18 +168,14 @@ typedef unsigned v8u32 __attribute__((vector_size(32)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef int v8i __attribute__((vector_size(32)));
 typedef unsigned short v8u16 __attribute__((vector_size(16)));
-inline v4d load4(const double* x) {
-  v4d v;
-  std::memcpy(&v, x, sizeof v);
-  return v;
+inline void load4(const double* x, v4d& v) { std::memcpy(&v, x, sizeof v); }
+inline void load4(const float* x, v4d& v) {
+  v4f w;
+  std::memcpy(&w, x, sizeof w);
+  v = __builtin_convertvector(w, v4d);
 }
-inline v4d load4(const float* x) {
-  v4f v;
-  std::memcpy(&v, x, sizeof v);
-  return __builtin_convertvector(v, v4d);
-}
-inline double lanes_sum(v4d v) { return (v[0] + v[1]) + (v[2] + v[3]); }
-inline double lanes_min(v4d v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
+inline double lanes_sum(const v4d& v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+inline double lanes_min(const v4d& v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
 #endif
 
 // Σp, Σq and the sums of their negative entries (0 for a valid row; NaN or ±∞ show in the
@@ -184,7 +188,9 @@ MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* ou
   const v4d zero = {0.0, 0.0, 0.0, 0.0};
   v4d vsp = zero, vsq = zero, vnp = zero, vnq = zero;
   for (; i + 4 <= n; i += 4) {
-    const v4d a = load4(p + i), b = load4(q + i);
+    v4d a, b;
+    load4(p + i, a);
+    load4(q + i, b);
     vsp += a;
     vsq += b;
     vnp += a < zero ? a : zero;
@@ -212,7 +218,8 @@ MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
   const v4d inf = {kInf, kInf, kInf, kInf};
   v4d vs = {0.0, 0.0, 0.0, 0.0}, vlo = inf, vhi = -inf;
   for (; i + 4 <= n; i += 4) {
-    const v4d a = load4(x + i);
+    v4d a;
+    load4(x + i, a);
     vs += a;
     vlo = a < vlo ? a : vlo;
     vhi = a > vhi ? a : vhi;
@@ -295,8 +302,9 @@ __attribute__((target("avx2,popcnt"))) inline std::size_t choose_avx2(const std:
 inline std::size_t choose(const std::uint16_t* keys, std::size_t n, int lo, int hi, int skip_lo, int skip_hi,
                           std::uint32_t* out) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
+  // Short rows take the scalar loop (a table is no use there), so that the tests reach both.
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return choose_avx2(keys, n, lo, hi, skip_lo, skip_hi, out);
+  if (avx2 && n >= 64) return choose_avx2(keys, n, lo, hi, skip_lo, skip_hi, out);
 #endif
   return choose_scalar(keys, 0, n, lo, hi, skip_lo, skip_hi, out);
 }
@@ -418,6 +426,9 @@ class OneShot {
   template <class F>
   void fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi);
   void fill_hole();
+  template <class T>
+  static void gather_ratios(const T* p, const T* q, const std::uint32_t* index, std::size_t len, double ip, double iq,
+                            double* a, double* r);
   void scatter(std::size_t m);  // chosen_[0, m) into their buckets
   std::vector<double> weights_;  // scratch for fill_split
   void fill_for(double s);  // fill what D_f(π(s)‖p) and the thresholds at s need
@@ -562,7 +573,9 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
     }
   }
   for (; i + 4 <= n; i += 4) {
-    const v4d pv = load4(p + i), qv = load4(q + i);
+    v4d pv, qv;
+    load4(p + i, pv);
+    load4(q + i, qv);
     vsp += pv;
     vsq += qv;
     // Not (0 ≤ x < ∞): negative, NaN or ±∞.
@@ -619,7 +632,8 @@ MENTORED_CLONES inline KeysInfo keys_pass(const double* p, const double* q, std:
 }
 
 inline int OneShot::key(double r) {
-  // lin = 32·(exponent − 1023) + top mantissa bits, monotone in r ≥ 0 and negative iff r < 1.
+  // lin = 2^kSub·(exponent − 1023) + top kSub mantissa bits, monotone in r ≥ 0 and negative iff
+  // r < 1.
   // Written without branches: whether r < 1 is a coin flip per token on real rows.
   static_assert(kLower == 1 + kOctaves * (1 << kSub), "bucket layout");
   // r = −0.0 (a drafter entry of −0.0, which passes every r ≥ 0 check) would read its sign bit as
@@ -810,6 +824,17 @@ inline void OneShot::fill(int lo, int hi) {
   filled_hi_ = hi;
 }
 
+template <class T>
+void OneShot::gather_ratios(const T* p, const T* q, const std::uint32_t* index, std::size_t len, double ip, double iq,
+                            double* a, double* r) {
+  // a = p_i/Σp and r = (q_i/Σq)/a at the given tokens (as in build: the same r).
+  for (std::size_t j = 0; j < len; ++j) {
+    const double aj = static_cast<double>(p[index[j]]) * ip, bj = static_cast<double>(q[index[j]]) * iq;
+    a[j] = aj;
+    r[j] = bj / aj;
+  }
+}
+
 inline void OneShot::fill_hole() {
   const int lo = hole_lo_, hi = hole_hi_;
   hole_lo_ = 1;
@@ -857,15 +882,12 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
   weights_.resize(kBlock);
   const std::uint16_t* keys = keys_.data();
   const std::uint32_t* chosen = chosen_.data();
-  const double ip = ip_, iq = iq_;
   for (std::size_t j0 = 0; j0 < m; j0 += kBlock) {
     const std::size_t len = std::min(kBlock, m - j0);
-    for (std::size_t j = 0; j < len; ++j) {
-      const std::size_t i = chosen[j0 + j];
-      const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip;
-      const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq;
-      weights_[j] = a;
-      ratios_[j] = b / a;
+    if (pf_) {
+      gather_ratios(pf_, qf_, chosen + j0, len, ip_, iq_, weights_.data(), ratios_.data());
+    } else {
+      gather_ratios(pd_, qd_, chosen + j0, len, ip_, iq_, weights_.data(), ratios_.data());
     }
     evaluate_many(f, ratios_.data(), len, fvals_.data(), 0);
     for (std::size_t j = 0; j < len; ++j) F_[keys[chosen[j0 + j]]] += weights_[j] * fvals_[j];
