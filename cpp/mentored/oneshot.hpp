@@ -560,9 +560,11 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
         const v8i unsure = ((low < kMargin) | (low > kLow - kMargin) | (exp_r == 255) | (exp_d == 255) |
                             (((exp_r == 0) | (exp_d == 0)) & positive_q)) & ~zero_p;
         v8u16 k16 = __builtin_convertvector(k, v8u16);
-        long long any = 0;
-        for (int j = 0; j < 8; ++j) any |= unsure[j];
-        if (any) {  // rare: about 2·kMargin / 2^(23 − kSub) of the tokens
+        v8i any = unsure;  // OR across the lanes, in lanes (extracting eight would cost more)
+        any |= __builtin_shufflevector(any, any, 4, 5, 6, 7, 0, 1, 2, 3);
+        any |= __builtin_shufflevector(any, any, 2, 3, 0, 1, 6, 7, 4, 5);
+        any |= __builtin_shufflevector(any, any, 1, 0, 3, 2, 5, 4, 7, 6);
+        if (any[0]) {  // rare: about 2·kMargin / 2^(23 − kSub) of the tokens
           for (int j = 0; j < 8; ++j) {
             if (unsure[j]) k16[j] = exact_key(p[i + j], q[i + j], ip, iq);
           }
@@ -1237,25 +1239,48 @@ Point OneShot::solve_budget(const F& f, double budget) {
     const int hi_a = !upper_side || !(a > 0.0) ? kLower : a > d_up_ ? kBuckets : upper_bucket(std::max(d_up_ - a, 0.0));
     if (lo <= hi) fill_split(f, lo, hi, lo_a + 1, hi_a - 1);
   }
-  if (a > 0.0 && !(divergence(f, a) <= budget)) {
-    b = a;
-    a = 0.0;
-    over = true;
-  } else if (b < s_max) {
-    if (divergence(f, b) > budget) {
+  // g(s) = D(s) − budget at the ends, where known (D(0) = 0).
+  double ga = -budget, gb = kNaN;
+  if (a > 0.0) {
+    ga = divergence(f, a) - budget;
+    if (!(ga <= 0.0)) {
+      b = a, gb = ga;
+      a = 0.0, ga = -budget;
       over = true;
-    } else {
-      a = b;
-      b = s_max;
     }
   }
-  // Phase 2: bisection keeping D(a) ≤ budget.
+  if (!over && b < s_max) {
+    gb = divergence(f, b) - budget;
+    if (gb > 0.0) {
+      over = true;
+    } else {
+      a = b, ga = gb;
+      b = s_max, gb = kNaN;
+    }
+  }
+  // Phase 2, keeping g(a) ≤ 0 < g(b): false position with the Illinois halving of the stale end
+  // (D is continuous and nondecreasing, and smooth between breakpoints: a handful of steps),
+  // bisection whenever that step is not strictly inside, and to finish: the last double s with
+  // D(s) ≤ budget, as plain bisection would find it.
+  int side = 0;
   for (int it = 0; it < 2100; ++it) {
-    const double c = 0.5 * (a + b);
-    if (c <= a || c >= b) break;
-    if (divergence(f, c) <= budget) a = c;
-    else {
-      b = c;
+    const double mid = 0.5 * (a + b);
+    if (mid <= a || mid >= b) break;
+    double c = mid;
+    // Every fourth step a bisection: the bracket halves at least that often, kinks or not.
+    if (it % 4 != 3 && over && ga < 0.0 && gb < kInf && b - a > 64.0 * std::numeric_limits<double>::epsilon() * b) {
+      const double x = a + (b - a) * (ga / (ga - gb));
+      if (x > a && x < b) c = x;
+    }
+    const double gc = divergence(f, c) - budget;
+    if (gc <= 0.0) {
+      a = c, ga = gc;
+      if (side == -1) gb *= 0.5;
+      side = -1;
+    } else {
+      b = c, gb = gc;
+      if (side == 1) ga *= 0.5;
+      side = 1;
       over = true;
     }
   }
