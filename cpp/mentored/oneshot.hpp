@@ -27,6 +27,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -269,6 +270,22 @@ inline std::size_t choose_scalar(const std::uint16_t* keys, std::size_t first, s
   return m;
 }
 
+// choose() for two ranges at once: the indices with lo ≤ k ≤ hi outside [mid_lo, mid_hi] into
+// out, those inside it into mid (each holds n + 8); returns the two counts.
+inline std::pair<std::size_t, std::size_t> choose_two_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n,
+                                                            int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
+                                                            std::uint32_t* mid) {
+  std::size_t m = 0, c = 0;
+  for (std::size_t i = first; i < n; ++i) {
+    const int k = keys[i];
+    const bool inside = (k >= mid_lo) & (k <= mid_hi);
+    out[m] = mid[c] = static_cast<std::uint32_t>(i);
+    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & !inside);
+    c += static_cast<std::size_t>(inside);
+  }
+  return {m, c};
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 struct PackTable {
   alignas(32) std::uint32_t lanes[256][8];
@@ -304,7 +321,43 @@ __attribute__((target("avx2,popcnt"))) inline std::size_t choose_avx2(const std:
   }
   return m + choose_scalar(keys, i, n, lo, hi, skip_lo, skip_hi, out + m);
 }
+
+__attribute__((target("avx2,popcnt"))) inline std::pair<std::size_t, std::size_t> choose_two_avx2(
+    const std::uint16_t* keys, std::size_t n, int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
+    std::uint32_t* mid) {
+  static const PackTable table;
+  const __m256i below = _mm256_set1_epi32(lo - 1), above = _mm256_set1_epi32(hi + 1);
+  const __m256i mid_below = _mm256_set1_epi32(mid_lo - 1), mid_above = _mm256_set1_epi32(mid_hi + 1);
+  const __m256i eight = _mm256_set1_epi32(8);
+  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  std::size_t m = 0, c = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + i)));
+    const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(k, below), _mm256_cmpgt_epi32(above, k));
+    const __m256i inside = _mm256_and_si256(_mm256_cmpgt_epi32(k, mid_below), _mm256_cmpgt_epi32(mid_above, k));
+    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(inside, in_range)));
+    const int mask_mid = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
+    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask]));
+    const __m256i perm_mid = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask_mid]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + m), _mm256_permutevar8x32_epi32(index, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid + c), _mm256_permutevar8x32_epi32(index, perm_mid));
+    m += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask)));
+    c += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask_mid)));
+    index = _mm256_add_epi32(index, eight);
+  }
+  const auto tail = choose_two_scalar(keys, i, n, lo, hi, mid_lo, mid_hi, out + m, mid + c);
+  return {m + tail.first, c + tail.second};
+}
 #endif
+
+inline std::pair<std::size_t, std::size_t> choose_two(const std::uint16_t* keys, std::size_t n, int lo, int hi,
+                                                      int mid_lo, int mid_hi, std::uint32_t* out, std::uint32_t* mid) {
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && n >= 64) return choose_two_avx2(keys, n, lo, hi, mid_lo, mid_hi, out, mid);
+#endif
+  return choose_two_scalar(keys, 0, n, lo, hi, mid_lo, mid_hi, out, mid);
+}
 
 inline std::size_t choose(const std::uint16_t* keys, std::size_t n, int lo, int hi, int skip_lo, int skip_hi,
                           std::uint32_t* out) {
@@ -420,7 +473,7 @@ class OneShot {
   std::vector<std::uint64_t> order_;  // scratch for sort_bucket
   std::vector<Token> spare_;          // scratch for sort_bucket
   int filled_lo_ = 0, filled_hi_ = -1;
-  std::vector<std::uint32_t> chosen_;  // scratch for fill
+  std::vector<std::uint32_t> chosen_, middle_;  // scratch for fill
   void fill(int lo, int hi);  // fill buckets [lo, hi] (and keep those already filled)
   const float *pf_ = nullptr, *qf_ = nullptr;  // the input row, whichever its type
   const double *pd_ = nullptr, *qd_ = nullptr;
@@ -879,8 +932,9 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
   if (filled_lo_ <= filled_hi_ || mid_lo > mid_hi) return fill(lo, hi);
   const std::size_t n = keys_.size();
   chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
-  scatter(choose(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data()));
-  const std::size_t m = choose(keys_.data(), n, mid_lo, mid_hi, 1, 0, chosen_.data());
+  middle_.resize(n + 8);
+  const auto [edges, m] = choose_two(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data(), middle_.data());
+  scatter(edges);
   for (int k = mid_lo; k <= mid_hi; ++k) {
     F_[k] = 0.0;
     touch(k);
@@ -890,7 +944,7 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
   fvals_.resize(kBlock);
   weights_.resize(kBlock);
   const std::uint16_t* keys = keys_.data();
-  const std::uint32_t* chosen = chosen_.data();
+  const std::uint32_t* chosen = middle_.data();
   for (std::size_t j0 = 0; j0 < m; j0 += kBlock) {
     const std::size_t len = std::min(kBlock, m - j0);
     if (pf_) {
