@@ -457,7 +457,8 @@ class OneShot {
   // Bounds on D_f(π(s)‖p) from bucket sums and f at bucket edges (bound_buckets), for the search.
   template <class F>
   void bound_buckets(const F& f);
-  void divergence_bounds(double s, double f_inf, double& low, double& up) const;
+  template <class F>
+  void divergence_bounds(const F& f, double s, double& low, double& up) const;
   std::vector<double> fedge_;          // f at bucket edges
   std::vector<double> fmean_;          // f at Q_k/P_k
   std::vector<double> low_lo_, up_lo_;  // lower side: Σ over buckets ≥ k of the bounds
@@ -1224,31 +1225,50 @@ void OneShot::bound_buckets(const F& f) {
   }
 }
 
-inline void OneShot::divergence_bounds(double s, double f_inf, double& low, double& up) const {
+template <class F>
+void OneShot::divergence_bounds(const F& f, double s, double& low, double& up) const {
   // D(s) = D_lo(t_lo) + D_hi(t_hi) with D_lo(t) = Σ_{r<1} p f(max(r, t)) nonincreasing and
-  // D_hi(t) = Σ_{r>1} p f(min(r, t)) nondecreasing; each threshold is known to its bucket from the
-  // bucket sums alone, so D lies between the values at the bucket's edges, bounded in turn with
-  // the per-bucket bounds. No token is touched.
+  // D_hi(t) = Σ_{r>1} p f(min(r, t)) nondecreasing. Each threshold is known to its bucket b from
+  // the bucket sums alone, and within it to an interval: on the lower side φ(t) = Σ_{r<t}(t p − q)
+  // = g lies between t·P_e − Q_e (the bucket's own terms are ≥ 0) and that plus (t − e)·P_b (each
+  // is p(t − r) ≤ p(t − e)), where e is the bucket's lower edge and P_e, Q_e sum the tokens below
+  // it; the upper side is the mirror image. The tokens of b contribute between P_b·f at the edge
+  // away from the threshold (or 0: f ≥ 0) and P_b·f(t); the buckets past b, their per-bucket
+  // bounds. No token is touched; f is called at four points. The bounds only steer the search:
+  // every bracket is confirmed with D itself.
   auto mul = [](double P, double v) { return P > 0.0 ? P * v : 0.0; };
+  auto f_at = [&f](double t) { return t < kInf ? f(t) : kInf; };
   low = up = 0.0;
   if (s <= 0.0) return;
   if (begin(kLower) > 0) {
-    const int b = lower_bucket(std::max(tv_ - s, 0.0));
-    up += mul(below_P(b), fedge(b)) + up_lo(b);
-    low += mul(below_P(b + 1), fedge(b + 1)) + low_lo(b + 1);
+    const double g = std::max(tv_ - s, 0.0);
+    const int b = lower_bucket(g);
+    const double e0 = edge(b), e1 = b + 1 < kLower ? edge(b + 1) : 1.0;
+    const double Pe = below_P(b), Qe = below_Q(b), Pb = P_[b];
+    const double t_max = Pe > 0.0 ? std::min(std::max((g + Qe) / Pe, e0), e1) : e1;
+    const double t_min = Pe + Pb > 0.0 ? std::min(std::max((g + Qe + e0 * Pb) / (Pe + Pb), e0), t_max) : e0;
+    const double f_min = f_at(t_min), f_max = f_at(t_max);
+    up += mul(Pe + Pb, f_min) + up_lo(b + 1);
+    low += mul(Pe, f_max) + mul(Pb, fedge(b + 1) < kInf ? fedge(b + 1) : 0.0) + low_lo(b + 1);
   }
   if (s > d_up_ || begin(kBuckets) == begin(kLower)) {
     low += low_hi(kBuckets);
     up += up_hi(kBuckets);
     if (s > d_up_ && q0_ > 0.0) {
-      low += f_inf * (s - d_up_);
-      up += f_inf * (s - d_up_);
+      low += f.f_inf * (s - d_up_);
+      up += f.f_inf * (s - d_up_);
     }
     return;
   }
-  const int b = upper_bucket(std::max(d_up_ - s, 0.0));
-  low += mul(above_P(b), fedge(b)) + low_hi(b);
-  up += mul(above_P(b + 1), fedge(b + 1)) + up_hi(b + 1);
+  const double h = std::max(d_up_ - s, 0.0);
+  const int b = upper_bucket(h);
+  const double e0 = edge(b), e1 = edge(b + 1);
+  const double Pa = above_P(b + 1), Qa = above_Q(b + 1), Pb = P_[b];
+  const double t_min = Pa > 0.0 ? std::min(std::max((Qa - h) / Pa, e0), e1) : e0;
+  const double t_max = Pa + Pb > 0.0 && e1 < kInf ? std::min(std::max((Qa + e1 * Pb - h) / (Pa + Pb), t_min), e1) : e1;
+  const double f_min = f_at(t_min), f_max = f_at(t_max);
+  low += mul(Pa, f_min) + mul(Pb, fedge(b) < kInf ? fedge(b) : 0.0) + low_hi(b);
+  up += mul(Pa + Pb, f_max) + up_hi(b);
 }
 
 template <class F>
@@ -1261,13 +1281,12 @@ Point OneShot::solve_budget(const F& f, double budget) {
   double a = 0.0, b = s_max;
   bool over = false;  // D(b) > budget is known
   {
-    // The bounds change only where a threshold crosses a bucket edge: 40 halvings (s to 1e-12
-    // of s_max) locate those steps closely enough for the bracket.
+    // 40 halvings: s to 1e-12 of s_max, closer than the bounds themselves.
     double lo = 0.0, hi = s_max, low, up;
     for (int it = 0; it < 40; ++it) {  // the last s with up(s) ≤ budget
       const double c = 0.5 * (lo + hi);
       if (c <= lo || c >= hi) break;
-      divergence_bounds(c, f.f_inf, low, up);
+      divergence_bounds(f, c, low, up);
       if (up <= budget) lo = c;
       else hi = c;
     }
@@ -1276,7 +1295,7 @@ Point OneShot::solve_budget(const F& f, double budget) {
     for (int it = 0; it < 40; ++it) {  // the first s with low(s) > budget
       const double c = 0.5 * (lo + hi);
       if (c <= lo || c >= hi) break;
-      divergence_bounds(c, f.f_inf, low, up);
+      divergence_bounds(f, c, low, up);
       if (low > budget) hi = c;
       else lo = c;
     }
