@@ -381,9 +381,9 @@ class OneShot {
   static constexpr std::uint16_t kNone = 0xFFFF, kOutside = 0xFFFE;
   static int key(double r);  // the bucket of a ratio r ≥ 0
 
-  template <class T>
   // sp, sq: Σp and Σq if the caller knows them (as sums_pass or _core.row_stats sum them), which
   // saves a pass over the row; NaN otherwise. Wrong ones cost a second pass, not a wrong answer.
+  template <class T>
   Status build(const T* p, const T* q, std::size_t n, double sp = kNaN, double sq = kNaN);
 
   double tv() const { return tv_; }
@@ -411,7 +411,7 @@ class OneShot {
   template <class F>
   Point solve_budget(const F& f, double budget);
 
-  // π(s) from the input row; returns Σ min(π_i, q_i) in float64.
+  // π(s) from the input row; returns its acceptance Σ min(π_i, q_i) = 1 − TV(p, q) + s.
   // f decides the rounding of π to float32 in one rare case (round_toward).
   template <class T, class U, class F>
   double build_pi(const T* p, const T* q, const Point& x, U* out, const F& f) const;
@@ -519,9 +519,10 @@ class OneShot {
     dirty_lo_ = std::min(dirty_lo_, k);
     dirty_hi_ = std::max(dirty_hi_, k);
   }
-  std::vector<std::size_t> count_;  // per bucket, zero outside [kmin_, kmax_]
+  // Per 16-bit key (kOutside and kNone have slots too), zero outside [kmin_, kmax_] and those two.
+  std::vector<std::size_t> count_;
+  std::vector<double> P_, Q_;
   std::vector<std::size_t> start_;
-  std::vector<double> P_, Q_;  // per bucket
   std::vector<double> below_P_, below_Q_;  // lower side: sums over buckets before k
   std::vector<double> above_P_, above_Q_;  // upper side: sums over buckets after k
   std::vector<double> F_;                  // per-bucket Σ p f(r), NaN until computed
