@@ -43,31 +43,38 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
   return {rows, n};
 }
 
-// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)). sums: None, or the
-// (B, 2) row sums Σp, Σq as row_stats computes them, which spares the core a pass per row. out:
-// None, or a (B, n) C-contiguous array of T that receives π (no allocation per call).
+// sums= of the batched solvers: None, or the (B, 2) row sums Σp, Σq as row_stats computes them,
+// which spares the core a pass per row (OneShot::build). Null when None.
+const double* row_sums_arg(const py::object& sums, std::size_t rows, carray<double>& holder) {
+  if (sums.is_none()) return nullptr;
+  holder = py::cast<carray<double>>(sums);
+  if (holder.ndim() != 2 || static_cast<std::size_t>(holder.shape(0)) != rows || holder.shape(1) != 2)
+    throw std::invalid_argument("sums must be a (B, 2) array of row sums");
+  return holder.data();
+}
+
+// out= of the batched solvers: None (a new array), or a (B, n) C-contiguous array of T that
+// receives π, taken as it is (a cast would make a copy, and π would land in the copy).
+template <class T>
+carray<T> out_arg(const py::object& out, std::size_t rows, std::size_t n) {
+  if (out.is_none()) return carray<T>({rows, n});
+  if (!py::isinstance<carray<T>>(out)) throw std::invalid_argument("out must be a C-contiguous array of the inputs' dtype");
+  auto pi = py::reinterpret_borrow<carray<T>>(out);
+  if (pi.ndim() != 2 || static_cast<std::size_t>(pi.shape(0)) != rows || static_cast<std::size_t>(pi.shape(1)) != n ||
+      !pi.writeable())
+    throw std::invalid_argument("out must be a writeable C-contiguous (B, n) array of the inputs' dtype");
+  return pi;
+}
+
+// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)); sums, out: above.
 template <class T>
 py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums,
-                py::object out_arg) {
+                py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
-  carray<double> given;
-  if (!sums.is_none()) {
-    given = py::cast<carray<double>>(sums);
-    if (given.ndim() != 2 || static_cast<std::size_t>(given.shape(0)) != rows || given.shape(1) != 2)
-      throw std::invalid_argument("sums must be a (B, 2) array of row sums");
-  }
+  carray<double> holder;
+  const double* ss = row_sums_arg(sums, rows, holder);
   const BuiltinF f(generator(code));
-  carray<T> pi;
-  if (out_arg.is_none()) {
-    pi = carray<T>({rows, n});
-  } else {
-    // Taken as it is: a cast would make a copy, and π would land in the copy.
-    if (!py::isinstance<carray<T>>(out_arg)) throw std::invalid_argument("out must be a C-contiguous array of the inputs' dtype");
-    pi = py::reinterpret_borrow<carray<T>>(out_arg);
-    if (pi.ndim() != 2 || static_cast<std::size_t>(pi.shape(0)) != rows || static_cast<std::size_t>(pi.shape(1)) != n ||
-        !(pi.flags() & py::array::c_style) || !pi.writeable())
-      throw std::invalid_argument("out must be a writeable C-contiguous (B, n) array of the inputs' dtype");
-  }
+  carray<T> pi = out_arg<T>(out, rows, n);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
   {
@@ -77,7 +84,6 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
     T* out = pi.mutable_data();
     double* res = results.mutable_data();
     int* st = status.mutable_data();
-    const double* ss = sums.is_none() ? nullptr : given.data();
     py::gil_scoped_release release;
     solve_batch(pp, qq, rows, n, f, static_cast<Mode>(mode), vv, threads, out, res, st, ss);
   }
@@ -187,9 +193,11 @@ void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Tabl
 // (the callables need the GIL); f is evaluated a bucket at a time through `vec`.
 template <class T>
 py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
-                       carray<double> values) {
+                       carray<double> values, py::object sums, py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
-  carray<T> pi({rows, n});
+  carray<double> holder;
+  const double* ss = row_sums_arg(sums, rows, holder);
+  carray<T> pi = out_arg<T>(out, rows, n);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
   const PyF f{scalar, f_inf, vec};
@@ -198,7 +206,7 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
     const std::size_t o = b * n;
     RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
     const Status st = solve_row(row, f, p.data() + o, q.data() + o, n, static_cast<Mode>(mode), values.data()[b],
-                                pi.mutable_data() + o, r);
+                                pi.mutable_data() + o, r, ss ? ss[2 * b] : kNaN, ss ? ss[2 * b + 1] : kNaN);
     status.mutable_data()[b] = static_cast<int>(st);
     r.store(results.mutable_data() + b * kRowFields);
   }
@@ -334,9 +342,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
   m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
-        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("out") = py::none());
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
-        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"));
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("out") = py::none());
   m.def("speculative_step", &speculative_step<double>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),

@@ -14,11 +14,13 @@ def solve(target: _F64, draft: _F64, code: int, mode: int, values: _F64, threads
 def solve(target: _F32, draft: _F32, code: int, mode: int, values: _F64, threads: int, sums: _F64 | None = None, out: _F32 | None = None) -> tuple[_F32, _F64, npt.NDArray[np.int32]]: ...
 @overload
 def solve_custom(
-    target: _F64, draft: _F64, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64
+    target: _F64, draft: _F64, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64,
+    sums: _F64 | None = None, out: _F64 | None = None,
 ) -> tuple[_F64, _F64, npt.NDArray[np.int32]]: ...
 @overload
 def solve_custom(
-    target: _F32, draft: _F32, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64
+    target: _F32, draft: _F32, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64,
+    sums: _F64 | None = None, out: _F32 | None = None,
 ) -> tuple[_F32, _F64, npt.NDArray[np.int32]]: ...
 @overload
 def speculative_step(

@@ -179,15 +179,12 @@ def solve(
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
     nthreads = threads_arg(threads)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
+    sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
     if div._code is not None:
-        sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
         pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads, sums2, out2)
     else:
         vec, scalar, f_inf = _custom(div)
-        pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values)
-        if out2 is not None:
-            out2[...] = pi
-            pi = out2
+        pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values, sums2, out2)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
