@@ -186,38 +186,9 @@ inline double lanes_sum(const v4d& v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 inline double lanes_min(const v4d& v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
 #endif
 
-// Σp, Σq and the sums of their negative entries (0 for a valid row; NaN or ±∞ show in the
-// sums): out = {Σp, Σq, Σp₋, Σq₋}. Lane j sums the entries i ≡ j mod 4, as every pass here does.
-template <class T>
-MENTORED_INLINE void sums_loop(const T* p, const T* q, std::size_t n, double* out) {
-  double sp = 0.0, sq = 0.0, np = 0.0, nq = 0.0;
-  std::size_t i = 0;
-#ifdef MENTORED_VECTORS
-  const v4d zero = {0.0, 0.0, 0.0, 0.0};
-  v4d vsp = zero, vsq = zero, vnp = zero, vnq = zero;
-  for (; i + 4 <= n; i += 4) {
-    v4d a, b;
-    load4(p + i, a);
-    load4(q + i, b);
-    vsp += a;
-    vsq += b;
-    vnp += a < zero ? a : zero;
-    vnq += b < zero ? b : zero;
-  }
-  sp = lanes_sum(vsp), sq = lanes_sum(vsq), np = lanes_sum(vnp), nq = lanes_sum(vnq);
-#endif
-  for (; i < n; ++i) {
-    const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
-    sp += a;
-    sq += b;
-    np += std::min(a, 0.0);
-    nq += std::min(b, 0.0);
-  }
-  out[0] = sp, out[1] = sq, out[2] = np, out[3] = nq;
-}
-
 // One row's Σx in float64, smallest and largest entry: {Σ, min, max}. A NaN shows in the sum
-// (comparisons skip it); the input checks of the Python side read these (_core.row_stats).
+// (comparisons skip it). Lane j sums the entries i ≡ j mod 4, as the keys pass does: pass 1 of
+// OneShot::build and the input checks of the Python side (_core.row_stats) read these.
 template <class T>
 MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
   double sum = 0.0, lo = kInf, hi = -kInf;
@@ -248,31 +219,12 @@ MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
 MENTORED_CLONES inline void stats_pass(const float* x, std::size_t n, double* out) { stats_loop(x, n, out); }
 MENTORED_CLONES inline void stats_pass(const double* x, std::size_t n, double* out) { stats_loop(x, n, out); }
 
-MENTORED_CLONES inline void sums_pass(const float* p, const float* q, std::size_t n, double* out) {
-  sums_loop(p, q, n, out);
-}
-MENTORED_CLONES inline void sums_pass(const double* p, const double* q, std::size_t n, double* out) {
-  sums_loop(p, q, n, out);
-}
-
-// The indices i < n, ascending, whose key k satisfies lo ≤ k ≤ hi and not skip_lo ≤ k ≤ skip_hi,
-// into out (which holds n + 8); returns their count. No branch on the keys: which tokens a
-// range takes is a coin flip per token. With AVX2, eight keys at a time: a compare, a movemask,
+// The indices i < n, ascending, whose key k has lo ≤ k ≤ hi and lies outside [mid_lo, mid_hi], into
+// out, and those with k inside [mid_lo, mid_hi], into mid (each holds n + 8: up to 7 slots past
+// the last index may be written); returns the two counts. No branch on the keys: which tokens a
+// range takes is a coin flip per token. With AVX2, eight keys at a time: compares, a movemask,
 // and a permutation from a table that packs the chosen lanes to the front.
-inline std::size_t choose_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n, int lo, int hi,
-                                 int skip_lo, int skip_hi, std::uint32_t* out) {
-  std::size_t m = 0;
-  for (std::size_t i = first; i < n; ++i) {
-    const int k = keys[i];
-    out[m] = static_cast<std::uint32_t>(i);
-    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & ((k < skip_lo) | (k > skip_hi)));
-  }
-  return m;
-}
-
-// choose() for two ranges at once: the indices with lo ≤ k ≤ hi outside [mid_lo, mid_hi] into
-// out, those inside it into mid (each holds n + 8); returns the two counts.
-inline std::pair<std::size_t, std::size_t> choose_two_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n,
+inline std::pair<std::size_t, std::size_t> choose_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n,
                                                             int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
                                                             std::uint32_t* mid) {
   std::size_t m = 0, c = 0;
@@ -300,29 +252,7 @@ struct PackTable {
   }
 };
 
-__attribute__((target("avx2,popcnt"))) inline std::size_t choose_avx2(const std::uint16_t* keys, std::size_t n, int lo,
-                                                                      int hi, int skip_lo, int skip_hi,
-                                                                      std::uint32_t* out) {
-  static const PackTable table;
-  const __m256i below = _mm256_set1_epi32(lo - 1), above = _mm256_set1_epi32(hi + 1);
-  const __m256i skip_below = _mm256_set1_epi32(skip_lo), skip_above = _mm256_set1_epi32(skip_hi);
-  const __m256i eight = _mm256_set1_epi32(8);
-  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  std::size_t m = 0, i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + i)));
-    const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(k, below), _mm256_cmpgt_epi32(above, k));
-    const __m256i outside_skip = _mm256_or_si256(_mm256_cmpgt_epi32(skip_below, k), _mm256_cmpgt_epi32(k, skip_above));
-    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_and_si256(in_range, outside_skip)));
-    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + m), _mm256_permutevar8x32_epi32(index, perm));
-    m += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask)));
-    index = _mm256_add_epi32(index, eight);
-  }
-  return m + choose_scalar(keys, i, n, lo, hi, skip_lo, skip_hi, out + m);
-}
-
-__attribute__((target("avx2,popcnt"))) inline std::pair<std::size_t, std::size_t> choose_two_avx2(
+__attribute__((target("avx2,popcnt"))) inline std::pair<std::size_t, std::size_t> choose_avx2(
     const std::uint16_t* keys, std::size_t n, int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
     std::uint32_t* mid) {
   static const PackTable table;
@@ -345,28 +275,19 @@ __attribute__((target("avx2,popcnt"))) inline std::pair<std::size_t, std::size_t
     c += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask_mid)));
     index = _mm256_add_epi32(index, eight);
   }
-  const auto tail = choose_two_scalar(keys, i, n, lo, hi, mid_lo, mid_hi, out + m, mid + c);
+  const auto tail = choose_scalar(keys, i, n, lo, hi, mid_lo, mid_hi, out + m, mid + c);
   return {m + tail.first, c + tail.second};
 }
 #endif
 
-inline std::pair<std::size_t, std::size_t> choose_two(const std::uint16_t* keys, std::size_t n, int lo, int hi,
-                                                      int mid_lo, int mid_hi, std::uint32_t* out, std::uint32_t* mid) {
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && n >= 64) return choose_two_avx2(keys, n, lo, hi, mid_lo, mid_hi, out, mid);
-#endif
-  return choose_two_scalar(keys, 0, n, lo, hi, mid_lo, mid_hi, out, mid);
-}
-
-inline std::size_t choose(const std::uint16_t* keys, std::size_t n, int lo, int hi, int skip_lo, int skip_hi,
-                          std::uint32_t* out) {
+inline std::pair<std::size_t, std::size_t> choose(const std::uint16_t* keys, std::size_t n, int lo, int hi,
+                                                  int mid_lo, int mid_hi, std::uint32_t* out, std::uint32_t* mid) {
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
   // Short rows take the scalar loop (a table is no use there), so that the tests reach both.
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && n >= 64) return choose_avx2(keys, n, lo, hi, skip_lo, skip_hi, out);
+  if (avx2 && n >= 64) return choose_avx2(keys, n, lo, hi, mid_lo, mid_hi, out, mid);
 #endif
-  return choose_scalar(keys, 0, n, lo, hi, skip_lo, skip_hi, out);
+  return choose_scalar(keys, 0, n, lo, hi, mid_lo, mid_hi, out, mid);
 }
 
 class OneShot {
@@ -381,7 +302,7 @@ class OneShot {
   static constexpr std::uint16_t kNone = 0xFFFF, kOutside = 0xFFFE;
   static int key(double r);  // the bucket of a ratio r ≥ 0
 
-  // sp, sq: Σp and Σq if the caller knows them (as sums_pass or _core.row_stats sum them), which
+  // sp, sq: Σp and Σq if the caller knows them (as stats_pass, that is _core.row_stats, sums them), which
   // saves a pass over the row; NaN otherwise. Wrong ones cost a second pass, not a wrong answer.
   template <class T>
   Status build(const T* p, const T* q, std::size_t n, double sp = kNaN, double sq = kNaN);
@@ -474,7 +395,13 @@ class OneShot {
   std::vector<std::uint64_t> order_;  // scratch for sort_bucket
   std::vector<Token> spare_;          // scratch for sort_bucket
   int filled_lo_ = 0, filled_hi_ = -1;
-  std::vector<std::uint32_t> chosen_, middle_;  // scratch for fill
+  std::vector<std::uint32_t> chosen_, middle_;  // scratch for fill: choose() into them
+  std::pair<std::size_t, std::size_t> pick(int lo, int hi, int mid_lo, int mid_hi) {
+    const std::size_t n = keys_.size();
+    chosen_.resize(n + 8);
+    middle_.resize(n + 8);
+    return choose(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data(), middle_.data());
+  }
   void fill(int lo, int hi);  // fill buckets [lo, hi] (and keep those already filled)
   const float *pf_ = nullptr, *qf_ = nullptr;  // the input row, whichever its type
   const double *pd_ = nullptr, *qd_ = nullptr;
@@ -551,7 +478,7 @@ inline std::uint16_t exact_key(double pv, double qv, double ip, double iq);
 // What the keys pass learns of the row besides the keys.
 struct KeysInfo {
   int lo, hi;          // the smallest and largest bucket taken (kBuckets and −1 if none)
-  double sp, sq;       // Σp and Σq, summed as sums_loop sums them (the same bits)
+  double sp, sq;       // Σp and Σq, summed as stats_loop sums them (the same bits)
   double min_a, min_b; // the smallest positive p_i/Σp and q_i/Σq
   bool bad;            // a negative entry, NaN or ±∞
 };
@@ -591,7 +518,7 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
         v8f pf, qf;
         std::memcpy(&pf, p + i, sizeof pf);
         std::memcpy(&qf, q + i, sizeof qf);
-        // Σ in float64, four lanes, blocks of four in order: the sums of sums_loop, bit for bit.
+        // Σ in float64, four lanes, blocks of four in order: the sums of stats_loop, bit for bit.
         const v4f p0 = __builtin_shufflevector(pf, pf, 0, 1, 2, 3), p1 = __builtin_shufflevector(pf, pf, 4, 5, 6, 7);
         const v4f q0 = __builtin_shufflevector(qf, qf, 0, 1, 2, 3), q1 = __builtin_shufflevector(qf, qf, 4, 5, 6, 7);
         vsp += __builtin_convertvector(p0, v4d);
@@ -849,12 +776,13 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
 template <class T>
 Status OneShot::sums_check(const T* p, const T* q, std::size_t n) {
   // Pass 1: sums, and a check of every entry without a branch: a negative entry shows in the
-  // sums of negatives, a NaN or ±∞ in the sums.
-  double sums[4];
-  sums_pass(p, q, n, sums);
-  sp_ = sums[0];
-  sq_ = sums[1];
-  if (!(sums[2] == 0.0 && sums[3] == 0.0 && sp_ < kInf && sq_ < kInf)) {
+  // minimum, +∞ in the maximum, a NaN in the sum.
+  double sp[3], sq[3];
+  stats_pass(p, n, sp);
+  stats_pass(q, n, sq);
+  sp_ = sp[0];
+  sq_ = sq[0];
+  if (!(sp[1] >= 0.0 && sq[1] >= 0.0 && sp[2] < kInf && sq[2] < kInf && sp_ < kInf && sq_ < kInf)) {
     // Finite entries can also sum past DBL_MAX (float64 rows near 1e308, fed to the core
     // directly): 1/∞ = 0 would zero every ratio and solve a row that is not the input.
     return Status::bad_value;
@@ -881,9 +809,7 @@ inline void OneShot::fill(int lo, int hi) {
     hi = std::max(hi, old_hi);
   }
   if (lo >= old_lo && hi <= old_hi) return;
-  const std::size_t n = keys_.size();
-  chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
-  scatter(choose(keys_.data(), n, lo, hi, old_lo, old_hi, chosen_.data()));
+  scatter(pick(lo, hi, old_lo, old_hi).first);
   filled_lo_ = lo;
   filled_hi_ = hi;
 }
@@ -903,9 +829,7 @@ inline void OneShot::fill_hole() {
   const int lo = hole_lo_, hi = hole_hi_;
   hole_lo_ = 1;
   hole_hi_ = 0;
-  const std::size_t n = keys_.size();
-  const std::size_t m = choose(keys_.data(), n, lo, hi, 1, 0, chosen_.data());
-  scatter(m);
+  scatter(pick(lo, hi, 1, 0).first);
 }
 
 inline void OneShot::scatter(std::size_t m) {
@@ -932,10 +856,7 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
   mid_lo = std::max(mid_lo, lo);
   mid_hi = std::min(mid_hi, hi);
   if (filled_lo_ <= filled_hi_ || mid_lo > mid_hi) return fill(lo, hi);
-  const std::size_t n = keys_.size();
-  chosen_.resize(n + 8);  // choose() may write up to 7 slots past the last chosen index
-  middle_.resize(n + 8);
-  const auto [edges, m] = choose_two(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data(), middle_.data());
+  const auto [edges, m] = pick(lo, hi, mid_lo, mid_hi);
   scatter(edges);
   for (int k = mid_lo; k <= mid_hi; ++k) {
     F_[k] = 0.0;
