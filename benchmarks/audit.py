@@ -1,4 +1,4 @@
-"""Frontier audit: where peer lossy rules sit against the mentored optimum (issue 8).
+"""Frontier audit: where peer lossy rules sit against the mentored optimum.
 
     python benchmarks/audit.py [--rows 8] [--n 4096] [--seed 0] [--out benchmarks/audit.png]
                                [--positions 16] [--demo-out benchmarks/audit_demo.png] [--demo-only | --synthetic-only]
@@ -72,7 +72,7 @@ def per_knob_table(rows):
         for kw in grid:
             cols = {}
             for div in ("kl", "tv"):
-                a = [audit(p, q, rule, kw, div) for p, q in rows]
+                a = [audit(rule, p, q, divergence=div, **kw) for p, q in rows]
                 cols[div] = a
             acc = np.mean([a.acceptance for a in cols["kl"]])
             kl, tv = cols["kl"], cols["tv"]
@@ -92,7 +92,7 @@ def summary_table(rows):
     for rule, grid in GRID.items():
         cells = []
         for div in SUMMARY_DIVS:
-            d = [audit(p, q, rule, kw, div).acceptance_deficit for p, q in rows for kw in grid]
+            d = [audit(rule, p, q, divergence=div, **kw).acceptance_deficit for p, q in rows for kw in grid]
             worst = min(worst, min(d))
             cells.append(f"{_f(np.mean(d), 14)} {min(d):8.1e}")
         print(f"{rule:>11} | " + " | ".join(cells))
@@ -102,7 +102,7 @@ def summary_table(rows):
 def _panel(ax, p, q, div, title):
     """The frontier A*(ε) of one row under ``div`` with every rule's points swept over its knob."""
     path = mentored.MentoredPath(p, q)
-    points = {rule: [audit(p, q, rule, kw, div) for kw in grid] for rule, grid in GRID.items()}
+    points = {rule: [audit(rule, p, q, divergence=div, **kw) for kw in grid] for rule, grid in GRID.items()}
     finite = [a.rule_divergence for pts in points.values() for a in pts if 0 < a.rule_divergence < math.inf]
     lo, hi = min(finite + [1e-2]) / 3, max(finite + [1e-2]) * 3
     budgets = np.logspace(np.log10(lo), np.log10(hi), 300)
@@ -212,7 +212,7 @@ def aggregate_table(rows):
         for kw in grid:
             cells = []
             for div in ("kl", "tv"):
-                a = [audit(p, q, rule, kw, div) for p, q in rows]
+                a = [audit(rule, p, q, divergence=div, **kw) for p, q in rows]
                 acc = np.mean([x.acceptance for x in a])
                 d = np.array([x.rule_divergence for x in a])
                 if not np.isfinite(d).all():

@@ -1,4 +1,4 @@
-"""Quality study: when mentored decoding beats the target in log-loss (issue 7, MATH.md §6).
+"""Quality study: when mentored decoding beats the target in log-loss (docs/theory.md §6).
 
     python benchmarks/quality_study.py [--out benchmarks/quality] [--rows 300] [--seed 0] [--no-text]
 
@@ -8,7 +8,7 @@ For each (σ_A, σ_B) it measures the log-loss gain E_d[log π − log p] agains
 quality-optimal point (mentored.quality.quality_optimal_budget), and how often the edge
 d(U) − p(U) predicts the sign of the gain at a small budget.
 
-Part 2, approximation error. Median relative error of the small-budget formulas of MATH.md §6
+Part 2, approximation error. Median relative error of the small-budget formulas of docs/theory.md §6
 (A − (1 − TV), D_f at the exact s, gain) against the exact curve, for the seven divergences at
 ε = 1e-2 … 1e-6, on the σ_A = σ_B = 1 rows.
 
@@ -185,7 +185,7 @@ def plot_approximation(table, out):
         ax[k].set_title(f"relative error: {label}")
         ax[k].set_xlabel("budget ε")
     ax[0].legend(fontsize=7)
-    fig.suptitle("Small-budget approximations (MATH.md §6): error O(√ε); chi2 exact below the first breakpoint; tv exactly linear")
+    fig.suptitle("Small-budget approximations (docs/theory.md §6): error O(√ε); chi2 exact below the first breakpoint; tv exactly linear")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "approximation.png"), dpi=110)
     plt.close(fig)

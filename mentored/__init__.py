@@ -9,7 +9,7 @@ distribution
     \quad \text{s.t.} \quad D_f(\pi \| p) \le \varepsilon,
 
 which speculative sampling then emits exactly, accepting a draft with probability
-:math:`\sum_i \min(\pi_i, q_i)` [1]_. See ``MATH.md`` and ``proofs/README.md``.
+:math:`\sum_i \min(\pi_i, q_i)` [1]_. See ``docs/theory.md`` and ``proofs/README.md``.
 
 References
 ----------

@@ -36,7 +36,7 @@ class Solution:
         the curve continues onto tokens with :math:`p_i = 0`.
     lam, mu : float or ndarray
         Dual parameters :math:`\lambda = 1/(f'(t_{hi}) - f'(t_{lo}))`, :math:`\mu = -\lambda f'(t_{lo})`
-        (MATH.md §4); ``lam = 0`` where the budget is not binding, ``lam = inf`` (``mu`` NaN) at
+        (docs/theory.md §4); ``lam = 0`` where the budget is not binding, ``lam = inf`` (``mu`` NaN) at
         budget 0 for a divergence differentiable at 1, where the dual optimum is not attained.
     name : str
         The divergence used.
@@ -54,7 +54,7 @@ class Solution:
 
 
 def _dual(div: Divergence, t_lo, t_hi, binding):
-    """λ, μ of MATH.md §4 from the thresholds, with one-sided derivatives at a kink at 1."""
+    """λ, μ of docs/theory.md §4 from the thresholds, with one-sided derivatives at a kink at 1."""
     t_lo, t_hi, binding = map(np.atleast_1d, (t_lo, t_hi, binding))
     up = np.where(t_hi == 1.0, np.nextafter(1.0, 2.0), t_hi)
     down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
@@ -79,7 +79,7 @@ def _finish(div, pi, res, binding, squeeze):
 
 
 def _custom(div: Divergence):
-    """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (MATH.md §1, tilted)."""
+    """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (docs/theory.md §1, tilted)."""
     c = div.tilt
     f_inf = div.f_inf - c
 

@@ -1,4 +1,4 @@
-r"""Certificates of optimality by weak duality (MATH.md §5, proofs/README.md theorem 8).
+r"""Certificates of optimality by weak duality (docs/theory.md §5, proofs/README.md theorem 8).
 
 For :math:`\lambda \ge 0` and any :math:`\mu`, the dual function
 
@@ -157,7 +157,7 @@ class _Dual:
 
 
 def dual_bound(target, draft, divergence, budget, lam, mu, *, exact=False):
-    r""":math:`g(\lambda, \mu)` of MATH.md §5: an upper bound on :math:`A^*`.
+    r""":math:`g(\lambda, \mu)` of docs/theory.md §5: an upper bound on :math:`A^*`.
 
     In floating point by default. With ``exact=True`` the result is a :class:`fractions.Fraction`
     (or ``math.inf``) that provably bounds :math:`g(\lambda, \mu)` from above, for the exact binary

@@ -6,7 +6,7 @@ r"""f-divergences: the generator ``f`` and what the solver needs to know about i
     \qquad f \text{ convex on } (0, \infty),\ f(1) = 0,
 
 with :math:`f(0) = \lim_{t \to 0^+} f(t)` and :math:`f_\infty = \lim_{t\to\infty} f(t)/t`
-(either may be :math:`+\infty`). The seven built-ins of MATH.md §1 are computed by the C++ core;
+(either may be :math:`+\infty`). The seven built-ins of docs/theory.md §1 are computed by the C++ core;
 their formulas here are the numpy forms the reference and the tests use, written to avoid
 cancellation. Each built-in also carries its sympy definition, analysed (lazily) exactly like a
 user generator passed to :meth:`Divergence.from_sympy` (see :mod:`mentored.symbolic`); the tests
@@ -241,7 +241,7 @@ def _at_inf(g, value):
 
 
 def _analysis_args(name):
-    """The sympy definition of a built-in (MATH.md §1) as a thunk: (f, t, conjugate or None).
+    """The sympy definition of a built-in (docs/theory.md §1) as a thunk: (f, t, conjugate or None).
 
     tv's conjugate is given, as sympy cannot invert sign(t − 1); that form is checked in
     proofs/divergences_check.py and against the numeric sup in tests/test_symbolic.py."""

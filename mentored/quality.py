@@ -1,4 +1,4 @@
-r"""Quality: when mentored decoding beats the target in log-loss (MATH.md §6, theorem 9).
+r"""Quality: when mentored decoding beats the target in log-loss (docs/theory.md §6, theorem 9).
 
 On the curve, the mentored output is one round of multiplicative boosting of the target :math:`p`
 by the drafter :math:`q`:
@@ -133,7 +133,7 @@ def edge(target, draft, truth):
     drafter :math:`q` favours. Near budget 0 (and when :math:`p(U) + p(L) = 1`, i.e. no token has
     :math:`q_i = p_i`, and the truth has no mass where :math:`p = 0`) the log-loss gain of mentored
     decoding has the sign of the edge: :math:`\text{gain} \approx s\,(d(U)/p(U) - d(L)/p(L))` with
-    :math:`L = \{q < p\}` (MATH.md §6).
+    :math:`L = \{q < p\}` (docs/theory.md §6).
 
     Parameters
     ----------
@@ -239,12 +239,12 @@ def log_loss_gain(target, draft, truth, *, divergence="kl", budget=None, accepta
 
 
 # ---------------------------------------------------------------------------------------------
-# Small budgets (MATH.md §6).
+# Small budgets (docs/theory.md §6).
 
 
 @dataclass(frozen=True)
 class SmallBudget:
-    r"""Small-budget approximations (MATH.md §6) next to their exact values on the curve.
+    r"""Small-budget approximations (docs/theory.md §6) next to their exact values on the curve.
 
     With :math:`U = \{q > p\}`, :math:`L = \{q < p\}`, :math:`a = p(U)`, :math:`b = p(L)`,
     :math:`c = f''(1)`:
@@ -292,7 +292,7 @@ class SmallBudget:
 
 
 def small_budget(target, draft, budget, *, divergence="kl", truth=None) -> SmallBudget:
-    r"""The small-budget approximations of MATH.md §6 and their exact values (:class:`SmallBudget`).
+    r"""The small-budget approximations of docs/theory.md §6 and their exact values (:class:`SmallBudget`).
 
     Needs :math:`f''(1)`: not available for ``tv``, which has a kink at 1. There no approximation is
     needed: the curve is exactly linear, :math:`A^*(\varepsilon) = \min(1, 1 - \mathrm{TV}(p,q) + \varepsilon)`
@@ -466,7 +466,7 @@ def gain_on_path(target, draft, truth, s) -> np.ndarray:
     r"""The log-loss gain :math:`G(s) = \mathbb{E}_d[h(s)]` at positions ``s`` on the curve of one row.
 
     Divergence-free: every divergence's optimum is some :math:`\pi(s)`, and the budget only sets
-    :math:`s` (MATH.md §3); map ``s`` to a budget with :meth:`MentoredPath.divergence_at`. ``s`` lies in
+    :math:`s` (docs/theory.md §3); map ``s`` to a budget with :meth:`MentoredPath.divergence_at`. ``s`` lies in
     :math:`[0, \mathrm{TV}(p, q)]`; past :math:`\mathrm{TV} - Q_0` (the continuation for
     :math:`f_\infty < \infty`) the gain is nonincreasing, since only :math:`t_{lo}` still moves. The
     truth must put no mass where the target is 0 (``ValueError``).

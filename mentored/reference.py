@@ -1,6 +1,6 @@
 r"""A plain numpy reference for mentored decoding, written to be trusted by reading.
 
-Everything is computed from the definitions of MATH.md §3 by bisection: no sorting, no prefix
+Everything is computed from the definitions of docs/theory.md §3 by bisection: no sorting, no prefix
 sums, no piecewise formulas. It is slow (O(n) per evaluation, thousands of evaluations) and is
 meant for tests, one row at a time, in float64.
 

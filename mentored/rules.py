@@ -10,11 +10,11 @@ draft is an emitted token equal to the draft, :math:`P(\text{accept}, x) \le \mi
     A_\mathrm{rule} \le \sum_i \min(\pi_{\mathrm{rule},i}, q_i)
     \le A^\star\big(D_f(\pi_\mathrm{rule}\|p)\big)
 
-for every :math:`f` (MATH.md §2, §7): no rule lies above the mentored frontier. :func:`output_law`
+for every :math:`f` (docs/theory.md §2, §7): no rule lies above the mentored frontier. :func:`output_law`
 computes :math:`(\pi_\mathrm{rule}, A_\mathrm{rule})` in closed form (no sampling); :func:`audit`
 measures how far below the frontier a rule sits.
 
-Notation as in MATH.md: :math:`p` target, :math:`q` drafter, :math:`\pi` output; "verify against
+Notation as in docs/theory.md: :math:`p` target, :math:`q` drafter, :math:`\pi` output; "verify against
 :math:`v`" means ordinary speculative sampling with :math:`v` in place of :math:`p` (accept
 :math:`\min(1, v_x/q_x)`, residual :math:`(v - q)_+` normalised), whose law is exactly :math:`v`.
 
@@ -23,14 +23,14 @@ References
 .. [1] Y. Leviathan, M. Kalman, Y. Matias, "Fast Inference from Transformers via Speculative
    Decoding", ICML 2023; C. Chen et al., "Accelerating Large Language Model Decoding with
    Speculative Sampling", arXiv:2302.01318, 2023.
-.. [2] Fixed-factor lenience as listed in MATH.md §7 and specified in issue 8: a constant factor in
+.. [2] Fixed-factor lenience as defined in docs/theory.md §7: a constant factor in
    the speculative acceptance test; no single paper's variant is followed.
-.. [3] Y. Hao and W. Mou, Cactus, ICLR 2026 (as summarised in MATH.md §7).
+.. [3] Y. Hao and W. Mou, Cactus, ICLR 2026 (as summarised in docs/theory.md §7).
 .. [4] T. Cai et al., "Medusa: Simple LLM Inference Acceleration Framework with Multiple Decoding
    Heads", ICML 2024 (typical acceptance); vLLM's typical acceptance sampler.
 .. [5] H. Narasimhan et al., "Faster Cascades via Speculative Decoding", 2024.
 .. [6] Holsman et al., "Fuzzy Speculative Decoding for a Tunable Accuracy-Runtime Tradeoff", 2025.
-.. [7] Top-k acceptance and interpolation: reference rules specified in issue 8.
+.. [7] Top-k acceptance and interpolation: reference rules defined in docs/audit.md.
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ class Audit:
     divergence_overspent: float
 
 
-def audit(target, draft, rule: str, params: dict | None = None, divergence="kl") -> Audit:
+def audit(rule: str, target, draft, *, divergence="kl", **params) -> Audit:
     r"""Place a rule against the mentored optimum on one row, at equal divergence and equal acceptance.
 
     .. math::
@@ -365,18 +365,20 @@ def audit(target, draft, rule: str, params: dict | None = None, divergence="kl")
         \text{deficit} = A^\star(D_\mathrm{rule}) - A_\mathrm{rule}, \qquad
         \text{overspent} = D_\mathrm{rule} - D^\star(A_\mathrm{rule}),
 
-    with :math:`D_\mathrm{rule} = D_f(\pi_\mathrm{rule}\|p)`; both are :math:`\ge 0` by MATH.md §7.
+    with :math:`D_\mathrm{rule} = D_f(\pi_\mathrm{rule}\|p)`; both are :math:`\ge 0` by docs/theory.md §7.
+
+    Takes what :func:`output_law` takes, and the divergence to measure with.
 
     Parameters
     ----------
-    target, draft : array_like, shape (n,)
-        :math:`p` and :math:`q`.
     rule : str
         One of ``RULES``.
-    params : dict, optional
-        The rule's knobs.
-    divergence : str or Divergence
-        A divergence with a compiled generator (the built-ins).
+    target, draft : array_like, shape (n,)
+        :math:`p` and :math:`q`.
+    divergence : str or Divergence, default "kl"
+        The :math:`f` of the frontier.
+    **params
+        The rule's knobs, by name (``RULES[rule]``).
 
     Returns
     -------
@@ -385,11 +387,10 @@ def audit(target, draft, rule: str, params: dict | None = None, divergence="kl")
     Examples
     --------
     >>> from mentored.rules import audit
-    >>> a = audit([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], "interp", {"alpha": 0.5}, "tv")
+    >>> a = audit("interp", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], divergence="tv", alpha=0.5)
     >>> round(a.acceptance_deficit, 12), round(a.divergence_overspent, 12)  # interp is on the tv frontier
     (0.0, 0.0)
     """
-    params = dict(params or {})
     div = _divergence(divergence)
     p, q = as_pair(target, draft, False)
     if p.ndim != 1:

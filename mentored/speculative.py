@@ -2,7 +2,7 @@ r"""Speculative sampling with the mentored verifier, in vLLM's rejection-sampler
 
 :func:`speculative_step` verifies ``k`` drafted tokens per sequence: position ``j`` uses the optimal
 verifier :math:`\pi_j` of :math:`\mathrm{MD}(f, \varepsilon)` for that position's target
-:math:`p_j` and drafter :math:`q_j` (MATH.md §2), so every emitted token has law exactly
+:math:`p_j` and drafter :math:`q_j` (docs/theory.md §2), so every emitted token has law exactly
 :math:`\pi_j` and each draft is accepted with probability :math:`\sum_i \min(\pi_{j,i}, q_{j,i})`.
 numpy input runs in the C++ core (``cpp/mentored/speculative.hpp``); torch tensors (CPU or CUDA)
 run in torch (:mod:`mentored.torch_backend`), on the tensors' device.

@@ -2,7 +2,7 @@ r"""Divergences from a sympy generator: validation, derived quantities, compiled
 
 :func:`from_sympy` takes :math:`f` as a sympy expression in a positive symbol :math:`t` and returns a
 :class:`~mentored.Divergence` that the solver, :class:`~mentored.MentoredPath`, :func:`~mentored.certify`
-and the oracle accept wherever a built-in name is accepted. It checks the two conditions of MATH.md §1,
+and the oracle accept wherever a built-in name is accepted. It checks the two conditions of docs/theory.md §1,
 
 .. math::
 

@@ -1,6 +1,6 @@
 r"""Mentored verification in torch: the solve and the speculative step on any device.
 
-The same mathematics as the C++ core (MATH.md §3–4), written with sorts, prefix sums and a
+The same mathematics as the C++ core (docs/theory.md §3–4), written with sorts, prefix sums and a
 bisection over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
 CUDA) without a host round trip. Built-in divergences only; it is checked against
 :func:`mentored.solve` in the tests. torch is imported lazily by :func:`mentored.speculative_step`.

@@ -6,7 +6,7 @@ For each f (generator of D_f(pi||p) = sum p f(pi/p) + f_inf * sum_{p=0} pi):
   * the closed form of f' used by the solver (lambda, mu), its limits
     f'(0+) and f'(inf) = f_inf (f_inf bounds every subgradient: the
     hypothesis `Hfinf` of Optimality.v);
-  * f_inf = lim f(t)/t and f(0) = lim_{t->0+} f(t) (table of MATH.md);
+  * f_inf = lim f(t)/t and f(0) = lim_{t->0+} f(t) (table of docs/theory.md);
   * convexity: f'' >= 0 on (0, inf), proved with z3 (tv: Jensen with z3);
   * f(t) - f'(1)(t - 1) >= 0 (the shifted generator of Monotone.v);
   * the convex conjugate f*(y) = sup_{t >= 0} (y t - f(t)) and its domain:

@@ -1,4 +1,4 @@
-"""Certificates by weak duality (MATH.md §5): closed-form dual against brute force, acceptance of
+"""Certificates by weak duality (docs/theory.md §5): closed-form dual against brute force, acceptance of
 optimal points, rejection of perturbed, sub-optimal and infeasible ones; the oracle for sympy
 generators; solve(check=True)."""
 

@@ -1,4 +1,4 @@
-"""Properties every answer must have, on rows that hypothesis chooses (MATH.md §3)."""
+"""Properties every answer must have, on rows that hypothesis chooses (docs/theory.md §3)."""
 
 from __future__ import annotations
 

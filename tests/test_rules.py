@@ -273,11 +273,11 @@ def test_errors():
     with pytest.raises(ValueError, match="sum to 1"):
         output_law("standard", [0.5, 0.6], q)
     with pytest.raises(ValueError, match="one row"):
-        audit(np.array([p]), np.array([q]), "standard", {}, "kl")
+        audit("standard", np.array([p]), np.array([q]), divergence="kl")
 
 
 # ---------------------------------------------------------------------------------------------
-# Against the frontier: no rule lies above it (MATH.md §7)
+# Against the frontier: no rule lies above it (docs/theory.md §7)
 
 
 def test_no_rule_above_the_frontier(rng):
@@ -286,7 +286,7 @@ def test_no_rule_above_the_frontier(rng):
     for p, q in rows:
         for rule, kw in CASES:
             for div in mentored.BUILTIN_NAMES:
-                a = audit(p, q, rule, kw, div)
+                a = audit(rule, p, q, divergence=div, **kw)
                 assert a.acceptance <= a.optimal_acceptance + 1e-9, a
                 assert a.acceptance_deficit >= -1e-9, a
                 # Overspent: D is steep in A near the curve's end, so allow rounding relative to D.
@@ -295,19 +295,19 @@ def test_no_rule_above_the_frontier(rng):
 
 def test_audit_fields_and_infinite_divergence():
     p, q = np.array([0.6, 0.4, 0.0]), np.array([0.3, 0.3, 0.4])
-    a = audit(p, q, "interp", {"alpha": 0.5}, "kl")  # mass where p = 0: D_kl = ∞
+    a = audit("interp", p, q, divergence="kl", alpha=0.5)  # mass where p = 0: D_kl = ∞
     assert a.rule_divergence == np.inf and a.optimal_acceptance == 1.0
     assert_allclose(a.acceptance_deficit, 1.0 - a.acceptance, rtol=0, atol=1e-15)
     # A_rule = 0.8 > 1 − Q0 = 0.6, the most any finite KL budget reaches: both need ∞.
     assert_allclose(a.acceptance, 0.8, rtol=0, atol=1e-15)
     assert a.optimal_divergence == np.inf and a.divergence_overspent == 0.0
-    a = audit(p, q, "interp", {"alpha": 0.5}, "tv")  # interpolation is on the tv frontier
+    a = audit("interp", p, q, divergence="tv", alpha=0.5)  # interpolation is on the tv frontier
     assert_allclose((a.acceptance_deficit, a.divergence_overspent), (0.0, 0.0), rtol=0, atol=1e-14)
-    a = audit(p, q, "standard", {}, "kl")
+    a = audit("standard", p, q, divergence="kl")
     assert a.rule_divergence == 0.0 and a.optimal_divergence == 0.0
     assert_allclose(a.acceptance_deficit, 0.0, rtol=0, atol=1e-15)
     # finite rule divergence below the reachable maximum: overspent is finite
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    a = audit(p, q, "lenience", {"lam": 0.5}, "kl")
+    a = audit("lenience", p, q, divergence="kl", lam=0.5)
     assert np.isfinite(a.divergence_overspent) and a.divergence_overspent >= -1e-12
     assert_allclose(mentored.solve(p, q, divergence="kl", acceptance=a.acceptance).divergence, a.optimal_divergence, rtol=1e-12)

@@ -126,7 +126,7 @@ def test_large_budget_reaches_the_end_of_the_curve(div, rng):
             assert_allclose(sol.pi, q, rtol=0, atol=1e-12)
             assert_allclose(sol.acceptance, 1.0, rtol=0, atol=1e-12)
             assert sol.lam == 0.0
-        elif np.isinf(d.f_inf):  # mass where p = 0 is forbidden (MATH.md §3): acceptance 1 − Q0
+        elif np.isinf(d.f_inf):  # mass where p = 0 is forbidden (docs/theory.md §3): acceptance 1 − Q0
             assert_allclose(sol.acceptance, 1.0 - q0, rtol=0, atol=1e-12)
             assert np.all(sol.pi[p == 0] == 0)
         else:  # f(0) = ∞ and a token with q = 0 < p: D(q‖p) = ∞ is still ≤ budget = ∞
@@ -232,7 +232,7 @@ def test_integer_and_list_input():
 
 @pytest.mark.parametrize("div", DIVERGENCES)
 def test_dual_parameters_satisfy_stationarity(div, rng):
-    # λ f'(t_hi) = 1 − μ and λ f'(t_lo) = −μ: the KKT conditions of MATH.md §3 at clipped tokens.
+    # λ f'(t_hi) = 1 − μ and λ f'(t_lo) = −μ: the KKT conditions of docs/theory.md §3 at clipped tokens.
     d = mentored.divergence(div)
     p, q = instance("dense", rng, n=30)
     sol = mentored.solve(p, q, divergence=div, budget=0.02)
@@ -244,7 +244,7 @@ def test_dual_parameters_satisfy_stationarity(div, rng):
 
 
 def test_compiled_generators_equal_the_python_forms():
-    # The core uses f(t) − f'(1)(t − 1) (cancellation-free); it must agree with MATH.md's f.
+    # The core uses f(t) − f'(1)(t − 1) (cancellation-free); it must agree with the f of docs/theory.md.
     t = np.concatenate([[0.0], np.logspace(-12, 12, 241), [1 - 1e-9, 1.0, 1 + 1e-9]])
     for name in DIVERGENCES:
         d = mentored.divergence(name)

@@ -1,4 +1,4 @@
-// The seven built-in f-divergence generators of MATH.md §1, in tilted form.
+// The seven built-in f-divergence generators of docs/theory.md §1, in tilted form.
 //
 // D_f(π‖p) = Σ_{p_i>0} p_i f(π_i/p_i) + f∞ · Σ_{p_i=0} π_i, with f convex and f(1) = 0.
 // Adding c·(t − 1) to f and subtracting c from f∞ leaves D_f unchanged whenever Σπ = Σp. The core

@@ -3,7 +3,7 @@
 // Same answer as Path::solve_budget (path.hpp), up to rounding, found differently. Tokens are
 // bucketed by the bit pattern of their ratio r = q/p (64 buckets per octave; the order of positive
 // doubles is the order of their bits), with per-bucket sums of p and q. At a bucket edge e the
-// functions of MATH.md §3 are exact from those sums,
+// functions of docs/theory.md §3 are exact from those sums,
 //     Down(e) = TV − (e·P_{r<e} − Q_{r<e}),   Up(e) = D_up − (Q_{r>e} − e·P_{r>e}),
 // so a threshold is located to its bucket by binary search over edges, and only that bucket is
 // sorted to invert exactly inside it (proofs: Inversion.v, Down_inversion / Up_inversion).

@@ -1,4 +1,4 @@
-// The divergence-independent structure of mentored decoding (MATH.md §3–4).
+// The divergence-independent structure of mentored decoding (docs/theory.md §3–4).
 //
 // For one row (target p, drafter q) every optimum of
 //     MD(f, ε):  max Σ min(π_i, q_i)  s.t.  D_f(π‖p) ≤ ε,  π in the simplex

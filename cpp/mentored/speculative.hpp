@@ -1,10 +1,10 @@
-// The speculative sampling step with a chosen verifier π (MATH.md §2), in vLLM's layout.
+// The speculative sampling step with a chosen verifier π (docs/theory.md §2), in vLLM's layout.
 //
 // For each sequence b and draft position j = 0..k−1, with x = draft[b, j] drawn from q[b, j]:
 //     accept x  iff  u[b, j, 0] · q_x < π_x        (probability min(1, π_x/q_x) for u ~ U[0, 1)),
 //     else emit  the first i with  C_i > u[b, j, 1] · C_{V−1},   C_i = Σ_{l≤i} (π_l − q_l)₊
 //                (inverse CDF of the residual (π − q)₊ / Σ(π − q)₊), and stop the row.
-// The emitted token has law exactly π (MATH.md §2). Output row b: the accepted drafts, then the
+// The emitted token has law exactly π (docs/theory.md §2). Output row b: the accepted drafts, then the
 // residual token at the first rejection, then −1 at every later position; column k holds
 // bonus[b] only when all k drafts were accepted. With π = p this is lossless speculative sampling,
 // decision for decision, given the same uniforms.
