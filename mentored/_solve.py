@@ -190,8 +190,8 @@ def solve(
         r = int(bad[0])
         if status[r] == 3:
             raise ValueError(
-                f"acceptance {values[r]!r} is out of reach under {div.name!r} in row {r}: the most "
-                f"reachable is {res[r, 3]!r}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
+                f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
+                f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
         raise ValueError(f"row {r}: {_STATUS.get(int(status[r]), 'core failure')}")
     if mode == 0:
@@ -232,7 +232,7 @@ def _check(sol, p2, q2, div, budgets, budget_mode):
             o = oracle_solve(p, q, div, budget)
             if o.usable(budget) and o.acceptance > cert.acceptance + 1e-6:
                 raise RuntimeError(
-                    f"row {r}: the oracle finds acceptance {o.acceptance!r} > {cert.acceptance!r} from the solver"
+                    f"row {r}: the oracle finds acceptance {o.acceptance} > {cert.acceptance} from the solver"
                 )
 
 
@@ -333,5 +333,5 @@ class MentoredPath:
 def _s_arg(s, s_end: float) -> float:
     s = float(s)
     if not (0.0 <= s <= s_end * (1 + 1e-12) + 1e-15):
-        raise ValueError(f"s must lie in [0, TV(p, q)] = [0, {s_end!r}], got {s!r}")
+        raise ValueError(f"s must lie in [0, TV(p, q)] = [0, {s_end}], got {s}")
     return min(s, s_end)

@@ -31,8 +31,18 @@ def _distribution(x, name: str) -> tuple[np.ndarray, np.ndarray]:
     if not (lo.min() >= 0 and hi.max() < np.inf and sums.min() == sums.min()):
         if np.any(np.isnan(sums)) or np.any(hi == np.inf) or np.any(lo == -np.inf):
             raise ValueError(f"{name} contains NaN or infinite entries")
-        raise ValueError(f"{name} has negative entries")
+        raise ValueError(f"{name} has negative entries" + _logits_hint(sums))
     return a, sums
+
+
+def _logits_hint(sums) -> str:
+    """A hint when rows with negative entries look like logits rather than probabilities."""
+    if np.all(np.abs(np.atleast_1d(sums) - 1.0) <= 1e-3):
+        return ""
+    return (
+        " and rows that do not sum to 1: these look like logits, not probabilities. "
+        "Pass softmax(logits) (torch.softmax(logits, -1), scipy.special.softmax(logits, axis=-1))"
+    )
 
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,6 +67,8 @@ def _floats(x, name: str) -> np.ndarray:
         raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
     if a.dtype.itemsize > 8:
         a = a.astype(np.float64)
+    elif not a.dtype.isnative:  # big-endian input (a .npy written elsewhere): native order for the core
+        a = a.astype(a.dtype.newbyteorder("="))
     return a
 
 
@@ -123,9 +135,9 @@ def per_row(value, rows: int, name: str, *, upper: float | None = None) -> np.nd
     if np.any(np.isnan(v)):
         raise ValueError(f"{name} is NaN")
     if np.any(v < 0):
-        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]!r}")
+        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]}")
     if upper is not None and np.any(v > upper):
-        raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]!r}")
+        raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]}")
     return np.ascontiguousarray(v)
 
 

@@ -270,11 +270,11 @@ def certify(
         raise ValueError(f"target, draft and pi must be 1-D of one length, got {p.shape}, {q.shape}, {x.shape}")
     budget = float(budget)
     if not budget >= 0:
-        raise ValueError(f"budget must be nonnegative, got {budget!r}")
+        raise ValueError(f"budget must be nonnegative, got {budget}")
     if (lam is None) != (mu is None):
         raise ValueError("give both lam and mu, or neither")
     if lam is not None and not float(lam) >= 0:
-        raise ValueError(f"lam must be nonnegative, got {lam!r}")
+        raise ValueError(f"lam must be nonnegative, got {lam}")
     dual = _Dual(div, p, q, budget)
     acceptance = float(np.minimum(x, q).sum())
     if lam is None:

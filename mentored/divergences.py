@@ -24,7 +24,11 @@ import numpy as np
 if TYPE_CHECKING:
     from .symbolic import SymbolicInfo
 
-__all__ = ["Divergence", "divergence", "BUILTIN_NAMES"]
+__all__ = ["Divergence", "divergence", "BUILTIN_NAMES", "NumericCheckWarning"]
+
+
+class NumericCheckWarning(UserWarning):
+    """A property of a user generator was checked numerically, on a grid, not proved symbolically."""
 
 _LN2 = float(np.log(2.0))
 

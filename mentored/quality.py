@@ -313,7 +313,7 @@ def small_budget(target, draft, budget, *, divergence="kl", truth=None) -> Small
                 "tv has no f''(1) (kink at 1): the small-budget approximation does not apply, and none is "
                 "needed: A*(ε) = min(1, 1 − TV(p, q) + ε) exactly"
             )
-        raise ValueError(f"divergence {div.name!r} has f''(1) = {c!r}; the small-budget approximation needs 0 < f''(1) < ∞")
+        raise ValueError(f"divergence {div.name!r} has f''(1) = {c}; the small-budget approximation needs 0 < f''(1) < ∞")
     p, q = as_pair(target, draft, False)
     sol = solve(p, q, divergence=div, budget=budget)
     p64, q64 = p.astype(np.float64), q.astype(np.float64)

@@ -100,7 +100,7 @@ def _lenience(p, q, *, lam):
     which keeps the rule lossless on :math:`p = q`.
     """
     if not lam > 0:
-        raise ValueError(f"lam must be positive, got {lam!r}")
+        raise ValueError(f"lam must be positive, got {lam}")
     accept = _ratio_accept(p / lam, q)
     residual = np.maximum(p - q, 0.0)
     if residual.sum() <= 0:
@@ -124,7 +124,7 @@ def _cactus(p, q, *, delta):
     \gamma_x > 0` whenever rejection is possible. At :math:`p_x = 1`, :math:`H_x = \delta_x = p`.
     """
     if not delta >= 0:
-        raise ValueError(f"delta must be nonnegative, got {delta!r}")
+        raise ValueError(f"delta must be nonnegative, got {delta}")
     gamma = np.clip(p + np.sqrt(2.0 * delta * p * np.maximum(1.0 - p, 0.0)), 0.0, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(p < 1.0, (1.0 - gamma) / np.where(p < 1.0, 1.0 - p, 1.0), 0.0)
@@ -210,7 +210,7 @@ def _topk(p, q, *, k):
     """
     k = int(k)
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k!r}")
+        raise ValueError(f"k must be at least 1, got {k}")
     kth = np.sort(p)[::-1][min(k, p.size) - 1]
     top = (p >= kth).astype(np.float64)
     return _mix(q, top, np.maximum(top - q, 0.0))
@@ -219,7 +219,7 @@ def _topk(p, q, *, k):
 def _interp(p, q, *, alpha):
     r"""Reference line [7]_: verify against the interpolation :math:`\alpha q + (1 - \alpha) p`, :math:`\alpha \in [0, 1]`."""
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     return _verify(alpha * q + (1.0 - alpha) * p, q)
 
 

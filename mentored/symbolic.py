@@ -34,11 +34,9 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
+from .divergences import NumericCheckWarning
+
 __all__ = ["NumericCheckWarning", "SymbolicInfo", "from_sympy", "analyse"]
-
-
-class NumericCheckWarning(UserWarning):
-    """A property of a user generator was checked numerically, on a grid, not proved symbolically."""
 
 
 Y = sp.Symbol("y", real=True)

@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# The whole suite, from a fresh machine: installs what it needs, then checks the proofs, the
-# tests and the notebooks. This is the README's test command, and .ci/run calls it.
+# The whole suite, from a fresh machine: installs what it needs, runs the README's main command as
+# written there, then checks the proofs, the tests and the notebooks. This is the README's test
+# command, and .ci/run calls it. Hypothesis runs derandomised (tests/conftest.py says how to run it
+# randomised).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v coqc >/dev/null 2>&1; then
+# System tools from apt-get: Coq for proofs/, and a C++17 compiler if there is none. (CMake and
+# Ninja come from PyPI with the build when they are missing.)
+need=()
+command -v coqc >/dev/null 2>&1 || need+=(coq)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
+if [ ${#need[@]} -gt 0 ]; then
   SUDO=$([ "$(id -u)" -eq 0 ] && echo "" || echo sudo)
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq coq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 python3 -m pip install --quiet ".[test]"
+
+# The README's main command, literally, in the clone's root (--quick: the 2-second form).
+main_command=$(awk '/^Install and run the main job/ {f = 1; next} f && /^    [^ ]/ {sub(/^    /, ""); print; exit}' README.md)
+if [ -z "$main_command" ]; then
+  echo "tests/run.sh: the README's main command was not found" >&2
+  exit 1
+fi
+echo "+ $main_command --quick"
+bash -c "$main_command --quick"
 
 make -C proofs
 # The compiled core under ASan + UBSan, on the tests that reach it (about 2 minutes with its build;

@@ -1,4 +1,4 @@
-"""python -m mentored {demo, solve, frontier, certify}: run in-process on small inputs."""
+"""mentored {demo, solve, frontier, certify}: run in-process on small inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored.__main__ import main
+from mentored.__main__ import build_parser, main
 
 
 @pytest.fixture
@@ -30,8 +30,13 @@ def test_demo_quick(capsys):
 def test_demo_on_text_small(capsys):
     args = ["demo", "--prompts", "2", "--new-tokens", "12", "--eval-tokens", "300", "--prompt-len", "16"]
     assert main(args) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "lossless" in out and "passes/tok" in out and "bits(pi)" in out
+    assert "Legend:" in out and "The same held-out prompt" in out
+    assert ("beat the target" in out) == ("No budget here" not in out)
+    # stderr is not a terminal here: tqdm stays quiet, no carriage-return bar updates in logs
+    assert "\r" not in captured.err
 
 
 def test_solve_json_matches_the_library(rows, capsys):
@@ -48,11 +53,38 @@ def test_solve_json_matches_the_library(rows, capsys):
 def test_frontier_table_and_plot(rows, capsys):
     tmp, p, q = rows
     png = tmp / "f.png"
-    assert main(["frontier", str(tmp / "p.npy"), str(tmp / "q.npy"), "--divergences", "tv", "kl", "--budgets", "0", "0.1", "--plot", str(png), "--json"]) == 0
+    pq = [str(tmp / "p.npy"), str(tmp / "q.npy")]
+    assert main(["frontier", *pq, "--divergences", "tv", "kl", "--budgets", "0", "0.1", "--plot", str(png), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     tv = np.abs(p - q).sum(1) / 2
     assert_allclose(got["acceptance"]["tv"], [np.mean(1 - tv), np.mean(np.minimum(1, 1 - tv + 0.1))], rtol=1e-9)
     assert png.stat().st_size > 1000
+    # --rows: one curve per row
+    assert main(["frontier", *pq, "--divergences", "tv", "--budgets", "0", "0.1", "--rows", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert_allclose(got["acceptance"]["tv"], np.stack([1 - tv, np.minimum(1, 1 - tv + 0.1)], axis=1), rtol=1e-9)
+    # the table says that it shows a mean over rows
+    assert main(["frontier", *pq, "--budgets", "0.1"]) == 0
+    assert "mean over 3 rows" in capsys.readouterr().out
+
+
+def test_frontier_draws_only_when_asked(rows, monkeypatch, capsys):
+    tmp, p, q = rows
+    cwd = tmp / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["frontier", str(tmp / "p.npy"), str(tmp / "q.npy"), "--budgets", "0", "0.1"]) == 0
+    assert list(cwd.iterdir()) == []
+
+
+def test_frontier_plot_names_the_extra_without_matplotlib(rows, monkeypatch, capsys):
+    tmp, p, q = rows
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # import fails as if not installed
+    with pytest.raises(SystemExit) as exc:
+        main(["frontier", str(tmp / "p.npy"), str(tmp / "q.npy"), "--plot", str(tmp / "x.png")])
+    assert exc.value.code == 2
+    assert "mentored[plot]" in capsys.readouterr().err
+    assert not (tmp / "x.png").exists()
 
 
 def test_certify_accepts_the_solution_and_refuses_the_target(rows, capsys):
@@ -65,12 +97,46 @@ def test_certify_accepts_the_solution_and_refuses_the_target(rows, capsys):
     assert all(r["ok"] == 0 and r["gap"] > 1e-3 for r in json.loads(capsys.readouterr().out))
 
 
+def _fails(argv, capsys) -> str:
+    """Run a command that must be refused: exit status 2 and an argparse-style error line."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2, argv
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err, err
+    return err
+
+
 def test_cli_errors_are_clear(rows, capsys):
     tmp, p, q = rows
+    P, Q = str(tmp / "p.npy"), str(tmp / "q.npy")
     np.save(tmp / "bad.npy", p[:, :5])
-    with pytest.raises(SystemExit) as exc:
-        main(["solve", str(tmp / "p.npy"), str(tmp / "bad.npy"), "--budget", "0.1"])
-    assert exc.value.code == 2
-    assert "same shape" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["solve", str(tmp / "p.npy"), str(tmp / "q.npy")])
+    np.save(tmp / "unnormalised.npy", 2 * p)
+    np.save(tmp / "logits.npy", np.log(p))
+    (tmp / "text.npy").write_text("not an array")
+    assert "same shape" in _fails(["solve", P, str(tmp / "bad.npy"), "--budget", "0.1"], capsys)
+    assert "--budget and --acceptance" in _fails(["solve", P, Q], capsys)
+    assert "--budget and --acceptance" in _fails(["solve", P, Q, "--budget", "0.1", "--acceptance", "0.9"], capsys)
+    assert "nonnegative" in _fails(["solve", P, Q, "--budget", "-0.1"], capsys)
+    assert "does not exist" in _fails(["solve", P, str(tmp / "missing.npy"), "--budget", "0.1"], capsys)
+    assert "cannot read" in _fails(["solve", P, str(tmp / "text.npy"), "--budget", "0.1"], capsys)
+    err = _fails(["solve", str(tmp / "unnormalised.npy"), Q, "--budget", "0.1"], capsys)
+    assert "--normalize" in err and "normalize=True" not in err
+    assert "softmax(logits)" in _fails(["solve", str(tmp / "logits.npy"), Q, "--budget", "0.1"], capsys)
+    assert "invalid choice" in _fails(["solve", P, Q, "--budget", "0.1", "--divergence", "kll"], capsys)
+    assert "positive integer" in _fails(["demo", "--quick", "--vocab", "0"], capsys)
+    assert "one shape" in _fails(["certify", P, Q, str(tmp / "bad.npy"), "--budget", "0.1"], capsys)
+    _fails([], capsys)
+    # exit status 1 is kept for a certificate that fails (test above)
+
+
+def test_help_is_plain_and_complete(capsys):
+    parser = build_parser()
+    text = parser.format_help()
+    assert "``" not in text and ":math:" not in text and ".. " not in text
+    subparsers = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    for name, sub in subparsers.choices.items():
+        for action in sub._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
+        if any("--divergence" in a.option_strings for a in sub._actions):
+            assert "(default: kl)" in sub.format_help(), name

@@ -105,3 +105,33 @@ def test_the_core_refuses_what_slips_past_python():
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1, 0.2]), 1)
     with pytest.raises(ValueError, match="unknown divergence code"):
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 99, 0, np.array([0.1]), 1)
+
+
+def test_numbers_print_as_numbers():
+    for budget in (-0.1, np.float64(-0.1), np.array([-0.1])):
+        with pytest.raises(ValueError) as exc:
+            mentored.solve(P, Q, budget=budget)
+        assert str(exc.value) == "budget must be nonnegative, got -0.1"
+    with pytest.raises(ValueError, match=r"s must lie in \[0, TV\(p, q\)\] = \[0, 0\.3\d*\], got 0\.5$"):
+        mentored.MentoredPath(P, Q).pi(np.float64(0.5))
+
+
+def test_logits_get_a_hint():
+    logits = np.log(P) + 3.0
+    with pytest.raises(ValueError, match=r"target has negative entries and rows that do not sum to 1.*softmax\(logits\)"):
+        mentored.solve(np.log(P), Q, budget=0.1)
+    with pytest.raises(ValueError, match=r"draft has negative entries .*logits"):
+        mentored.solve(np.stack([P, P]), np.stack([logits - 5, Q]), budget=0.1)
+    # a probability row with one negative entry is not called logits
+    with pytest.raises(ValueError) as exc:
+        mentored.solve([0.6, -0.1, 0.5], Q, budget=0.1)
+    assert "logits" not in str(exc.value)
+
+
+def test_big_endian_input_is_read():
+    want = mentored.solve(P, Q, divergence="kl", budget=0.1)
+    for dtype in (">f8", ">f4"):
+        got = mentored.solve(P.astype(dtype), Q.astype(dtype), divergence="kl", budget=0.1)
+        np.testing.assert_allclose(got.acceptance, want.acceptance, rtol=1e-6)
+    path = mentored.MentoredPath(P.astype(">f8"), Q.astype(">f8"))
+    np.testing.assert_allclose(path.tv, 0.3, rtol=1e-15)

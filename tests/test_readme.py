@@ -1,15 +1,25 @@
-"""The README's first example runs as printed, and its commands are the ones CI uses."""
+"""The README's examples run as printed, and its two commands are the ones the suite and CI run."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 
 
 def _blocks():
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+
+
+def _command_after(lead: str) -> str:
+    """The first indented line after the paragraph that starts with ``lead`` (as tests/run.sh reads it)."""
+    lines = README.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(lead))
+    return next(line[4:] for line in lines[start + 1 :] if re.match(r"^    \S", line))
 
 
 def test_first_example_runs():
@@ -25,8 +35,32 @@ def test_every_example_runs():
         exec(compile(block, "README.md", "exec"), {})
 
 
-def test_ci_runs_the_readme_test_command():
-    readme = (ROOT / "README.md").read_text()
-    assert "    bash tests/run.sh\n" in readme
+def test_the_two_commands():
+    # tests/run.sh runs the main command as the README writes it (with --quick), in the clone's root.
+    assert _command_after("Install and run the main job") == "pip install . && mentored demo"
+    assert _command_after("Run the whole suite") == "bash tests/run.sh"
+    run_sh = (ROOT / "tests" / "run.sh").read_text()
+    assert "/^Install and run the main job/" in run_sh and 'bash -c "$main_command --quick"' in run_sh
     assert "bash tests/run.sh" in (ROOT / ".ci" / "run").read_text()
-    assert "python -m mentored demo" in readme
+    assert 'mentored = "mentored.__main__:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_python_m_mentored_outside_the_clone(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mentored", "demo", "--quick", "--vocab", "300"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "optimal acceptance" in out.stdout
+
+
+def test_source_folder_without_core_says_why(tmp_path):
+    # A copy of the sources without the compiled core, imported first (as from a clone's root).
+    # -S: no site-packages, so that an editable install's import hook cannot redirect the import;
+    # the check runs before numpy is needed.
+    src = tmp_path / "mentored"
+    src.mkdir()
+    for py in (ROOT / "mentored").glob("*.py"):
+        (src / py.name).write_text(py.read_text())
+    out = subprocess.run([sys.executable, "-S", "-c", "import mentored"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "compiled core" in out.stderr and "pip install ." in out.stderr, out.stderr
+    assert "circular import" not in out.stderr
