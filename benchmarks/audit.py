@@ -124,7 +124,10 @@ def _panel(ax, p, q, div, title):
 
 def _figure(panels, out):
     """panels: (p, q, div, title) for a 2 × 2 grid; written to ``out``."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install 'mentored[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -337,7 +337,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-text", action="store_true", help="skip part 3 (the demo models)")
     args = ap.parse_args()
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install 'mentored[plot]'") from None
 
     matplotlib.use("Agg")
     os.makedirs(args.out, exist_ok=True)
