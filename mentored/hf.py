@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import inspect
 
-import torch
+try:
+    import torch
+except ImportError as exc:
+    raise ImportError("mentored.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
 
 from .speculative import speculative_step
 from .textlm import DecodeStats

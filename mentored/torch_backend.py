@@ -22,7 +22,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
+try:
+    import torch
+except ImportError as exc:
+    raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
 
 from .divergences import BUILTIN_NAMES, divergence as _divergence
 from .speculative import check_step_inputs, step_budgets

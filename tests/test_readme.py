@@ -64,3 +64,33 @@ def test_source_folder_without_core_says_why(tmp_path):
     assert out.returncode != 0
     assert "compiled core" in out.stderr and "pip install ." in out.stderr, out.stderr
     assert "circular import" not in out.stderr
+
+
+def test_import_is_light_and_submodules_are_attributes():
+    code = (
+        "import sys, mentored\n"
+        "heavy = [m for m in ('sympy', 'cvxpy', 'scipy', 'torch', 'transformers', 'matplotlib') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "assert callable(mentored.rules.audit) and callable(mentored.quality.small_budget)\n"
+        "assert 'sympy' not in sys.modules and mentored.symbolic.from_sympy and 'sympy' in sys.modules\n"
+        "assert {'rules', 'quality', 'hf', 'textlm'} <= set(dir(mentored))\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_missing_extras_are_named():
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # as if torch were not installed\n"
+        "import mentored\n"
+        "for name, extra in (('hf', 'mentored[hf]'), ('torch_backend', 'mentored[torch]')):\n"
+        "    try:\n"
+        "        getattr(mentored, name)\n"
+        "    except ImportError as exc:\n"
+        "        assert extra in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(name)\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
