@@ -38,9 +38,9 @@ def _require_core():
         f"mentored's compiled core (mentored._core) is not in {_os.path.dirname(__file__)}. "
         "This is a source folder, not an installed package: Python looks in the current directory "
         "first, so `python -m mentored` or `import mentored` in a clone's root finds the uncompiled "
-        "sources. Fix: `pip install .` and then use the `mentored` command, or run Python from "
-        "another folder (or with `python -P`); to work on the sources in place, "
-        "`pip install --no-build-isolation -e .`."
+        "sources. Fix: use the `mentored` command that `pip install .` puts on your PATH, or run "
+        "Python from another folder (or as `python -P`, which leaves the current directory out); to "
+        "work on the sources in place, `pip install --no-build-isolation -e .`."
     )
 
 
