@@ -129,9 +129,14 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     Rows must be distributions (checked to 1e-3). ``budget`` is a float or an (R,) tensor/array.
     Returns :math:`\pi` in the dtype and on the device of ``target`` (computed in float64).
     """
-    name = _divergence(divergence).name
-    if name not in BUILTIN_NAMES:
-        raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+    div = _divergence(divergence)
+    name = div.name
+    # By identity, not by name: a custom divergence may be called "kl" and still be another f.
+    if name not in BUILTIN_NAMES or div is not _divergence(name):
+        raise ValueError(
+            f"the torch backend knows the built-in divergences {BUILTIN_NAMES}; {name!r} here is a custom "
+            "divergence: pass numpy arrays to mentored.solve for it"
+        )
     if target.ndim != 2 or target.shape != draft.shape:
         raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
     p, q = target.to(torch.float64), draft.to(torch.float64)
