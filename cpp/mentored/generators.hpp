@@ -1,7 +1,7 @@
 // The seven built-in f-divergence generators of docs/theory.md §1, in tilted form.
 //
 // D_f(π‖p) = Σ_{p_i>0} p_i f(π_i/p_i) + f∞ · Σ_{p_i=0} π_i, with f convex and f(1) = 0.
-// Adding c·(t − 1) to f and subtracting c from f∞ leaves D_f unchanged whenever Σπ = Σp. The core
+// Adding c·(t − 1) to f adds c to f∞ (and −c to f(0)), and leaves D_f unchanged whenever Σπ = Σp. The core
 // uses c = −f'(1), so that every term p_i f(π_i/p_i) is ≥ 0 and the sums that make D_f(π(s)‖p)
 // carry no cancellation: D is then accurate to rounding relative to itself, even at s ≈ 0 where it
 // is second order (kl: t log t − t + 1; reverse_kl: t − 1 − log t; the others have f'(1) = 0).

@@ -1,0 +1,168 @@
+"""The repository is self-contained, and its citations of the theory notes resolve.
+
+1. No file of the repository links to or cites a path outside it: the internal notes file, a sibling
+   folder of shared material, an absolute path of the machine it was written on, or a relative link
+   that climbs above the repository root.
+2. Every "docs/theory.md §N" anywhere in the repository names a section of docs/theory.md, and every
+   Coq theorem and test that docs/theory.md cites exists.
+
+The files are those git knows (tracked, plus untracked files that are not ignored, so that a new file
+is checked before it is committed), read as UTF-8 text; binary files are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+THEORY = ROOT / "docs" / "theory.md"
+PROOFS = ROOT / "proofs"
+TESTS = ROOT / "tests"
+
+# Built from pieces so that this file does not match itself.
+_NOTES = "MATH" + ".md"
+_SHARED = "sha" + "red"
+_WORK = "/" + "work" + "/"
+FORBIDDEN = [
+    (re.compile(re.escape(_NOTES)), "cites the internal notes file"),
+    (re.compile(r"(?<![\w-])" + _SHARED + r"/|\.\./" + _SHARED + r"\b"), "cites a path in a folder outside the repository"),
+    (re.compile(r"(?<![\w.])" + re.escape(_WORK)), "cites an absolute path of the build machine"),
+]
+# [text](target) anywhere (markdown files, notebooks, docstrings) and [label]: target definitions.
+LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
+LINK_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)", re.M)
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _repository_texts() -> dict[str, str]:
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT, capture_output=True, check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the file list comes from git")
+    texts = {}
+    for name in sorted({n for n in out.decode("utf-8", "surrogateescape").split("\0") if n}):
+        path = ROOT / name
+        if not path.is_file():  # deleted in the working tree, not yet in the index
+            continue
+        data = path.read_bytes()
+        if b"\0" in data:
+            continue
+        try:
+            texts[name] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return texts
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _outside(name: str, target: str) -> bool:
+    """Whether a link target written in file ``name`` points outside the repository."""
+    target = target.split("#", 1)[0].split("?", 1)[0]
+    if not target or SCHEME.match(target) or target.startswith(("{", "$")):
+        return False
+    if target.startswith("/"):
+        return True
+    resolved = ((ROOT / name).parent / target).resolve()
+    return not resolved.is_relative_to(ROOT.resolve())
+
+
+def outside_references(texts: dict[str, str]) -> list[str]:
+    found = []
+    for name, text in texts.items():
+        for pattern, why in FORBIDDEN:
+            for m in pattern.finditer(text):
+                found.append(f"{name}:{_line(text, m.start())}: {why}: {m.group(0)!r}")
+        for pattern in (LINK, LINK_DEF):
+            for m in pattern.finditer(text):
+                if _outside(name, m.group(1)):
+                    found.append(f"{name}:{_line(text, m.start())}: link outside the repository: {m.group(1)!r}")
+    return found
+
+
+def test_nothing_links_outside_the_repository():
+    found = outside_references(_repository_texts())
+    assert not found, "references to paths outside the repository:\n" + "\n".join(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# Citations of docs/theory.md
+
+SECTION = re.compile(r"^## (\d+)\. ", re.M)
+# "theory.md §3", "theory.md §3–4", "theory.md §2, §7", "theory.md` §1", "(docs/theory.md §6, theorem 9)".
+REFERENCE = re.compile(r"theory\.md`?\)?[ \t]*((?:§[ \t]*\d+(?:[ \t]*[–-][ \t]*\d+)?(?:[ \t]*(?:,|and|&)[ \t]*(?=§))?)+)")
+NUMBERS = re.compile(r"(\d+)(?:\s*[–-]\s*(\d+))?")
+SELF_REFERENCE = re.compile(r"§[ \t]*(\d+)(?:[ \t]*[–-][ \t]*(\d+))?")
+COQ_CHAIN = re.compile(r"`(\w+\.v) : ([\w']+)`((?:\s*(?:,|and)\s*`[\w']+`)*)")
+COQ_FILE = re.compile(r"`(\w+\.v)\b")
+TEST_CHAIN = re.compile(r"`tests/(test_\w+\.py)::(test_\w+)`((?:\s*(?:,|and)\s*`test_\w+`)*)")
+BARE_TEST = re.compile(r"`(test_\w+)`")
+DEFINED = re.compile(r"^\s*(?:Theorem|Lemma|Corollary|Proposition|Fact|Remark|Definition|Fixpoint)\s+([\w']+)", re.M)
+
+
+def _expand(numbers: str) -> set[int]:
+    out = set()
+    for m in NUMBERS.finditer(numbers):
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def theory_reference_problems(texts: dict[str, str], theory: str | None) -> list[str]:
+    problems = []
+    sections = {int(n) for n in SECTION.findall(theory or "")}
+    for name, text in texts.items():
+        for m in REFERENCE.finditer(text):
+            missing = sorted(_expand(m.group(1)) - sections)
+            if theory is None or missing:
+                problems.append(f"{name}:{_line(text, m.start())}: {m.group(0)!r} names no section of docs/theory.md {missing}")
+    if theory is None:
+        return problems + ["docs/theory.md is missing"]
+    for m in SELF_REFERENCE.finditer(theory):
+        lo = int(m.group(1))
+        missing = sorted(set(range(lo, int(m.group(2) or lo) + 1)) - sections)
+        if missing:
+            problems.append(f"docs/theory.md:{_line(theory, m.start())}: {m.group(0)!r} names no section {missing}")
+
+    coq = {f.name: set(DEFINED.findall(f.read_text(encoding="utf-8"))) for f in PROOFS.glob("*.v")}
+    for m in COQ_CHAIN.finditer(theory):
+        names = [m.group(2)] + re.findall(r"`([\w']+)`", m.group(3))
+        if m.group(1) not in coq:
+            problems.append(f"docs/theory.md:{_line(theory, m.start())}: no file proofs/{m.group(1)}")
+            continue
+        for n in names:
+            if n not in coq[m.group(1)]:
+                problems.append(f"docs/theory.md:{_line(theory, m.start())}: {m.group(1)} defines no {n!r}")
+    for m in COQ_FILE.finditer(theory):
+        if m.group(1) not in coq:
+            problems.append(f"docs/theory.md:{_line(theory, m.start())}: no file proofs/{m.group(1)}")
+
+    tests = {f.name: set(re.findall(r"^def (test_\w+)", f.read_text(encoding="utf-8"), re.M)) for f in TESTS.glob("test_*.py")}
+    every_test = set().union(*tests.values())
+    chained = set()
+    for m in TEST_CHAIN.finditer(theory):
+        chained.update(range(m.start(), m.end()))
+        names = [m.group(2)] + re.findall(r"`(test_\w+)`", m.group(3))
+        for n in names:
+            if n not in tests.get(m.group(1), ()):
+                problems.append(f"docs/theory.md:{_line(theory, m.start())}: tests/{m.group(1)} has no {n!r}")
+    for m in BARE_TEST.finditer(theory):
+        if m.start() not in chained and m.group(1) not in every_test:
+            problems.append(f"docs/theory.md:{_line(theory, m.start())}: no test {m.group(1)!r} in tests/")
+    return problems
+
+
+def test_theory_citations_resolve():
+    theory = THEORY.read_text(encoding="utf-8") if THEORY.is_file() else None
+    problems = theory_reference_problems(_repository_texts(), theory)
+    assert not problems, "unresolved citations of the theory notes:\n" + "\n".join(problems)
