@@ -2,7 +2,8 @@
    of the real numbers (checked by check_assumptions.py). *)
 Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Duality Mentored.Monotone Mentored.Boosting Mentored.TargetZeros
-  Mentored.Inversion.
+  Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
+  Mentored.Bracket Mentored.Serving.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -44,3 +45,33 @@ Print Assumptions Up_inversion.
 Print Assumptions Up_inversion_unique.
 Print Assumptions Up_sorted_gap.
 Print Assumptions Df_prefix_sums.
+Print Assumptions thresholds_exist.
+Print Assumptions cont_thresholds_exist.
+Print Assumptions clip_unique.
+Print Assumptions Down_continuous.
+Print Assumptions Up_continuous.
+Print Assumptions curve_D_minimal.
+Print Assumptions curve_D_unique.
+Print Assumptions beyond_budget.
+Print Assumptions bisection_sound.
+Print Assumptions mentored_optimal.
+Print Assumptions optimum_on_curve.
+Print Assumptions tv_optimal_set.
+Print Assumptions round_toward_term.
+Print Assumptions round_toward_sound.
+Print Assumptions float32_guarantee.
+Print Assumptions bracket_sound.
+Print Assumptions jensen_bucket.
+Print Assumptions chord_bucket.
+Print Assumptions edges_bucket.
+Print Assumptions edges_bucket_low.
+Print Assumptions threshold_interval.
+Print Assumptions Df_hard_zero.
+Print Assumptions keep_zeros_optimal.
+Print Assumptions oh_is_clip.
+Print Assumptions oh_Df.
+Print Assumptions oh_thresholds.
+Print Assumptions onehot_optimal.
+Print Assumptions onehot_residual.
+Print Assumptions onehot_tv.
+Print Assumptions onehot_chi2.
