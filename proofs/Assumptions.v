@@ -3,7 +3,7 @@
 Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Duality Mentored.Monotone Mentored.Boosting Mentored.TargetZeros
   Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
-  Mentored.Bracket Mentored.Serving.
+  Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -75,3 +75,12 @@ Print Assumptions onehot_optimal.
 Print Assumptions onehot_residual.
 Print Assumptions onehot_tv.
 Print Assumptions onehot_chi2.
+Print Assumptions oh_D_monotone.
+Print Assumptions quad_sandwich_of_F2.
+Print Assumptions sb_thresholds.
+Print Assumptions sb_Df.
+Print Assumptions sb_D_bounds.
+Print Assumptions small_budget_bound.
+Print Assumptions cont_D_minimal.
+Print Assumptions on_curve_exists.
+Print Assumptions mentored_optimal_finite_finf.

@@ -224,6 +224,67 @@ Proof.
   - intros i Hi Hne. rewrite (E i Hi). destruct (Nat.eq_dec i x); [congruence|].
     field. split; lra.
 Qed.
+(* The one-hot budget function is nondecreasing on [p_x, 1] (docs/theory.md §8),
+   which its bisection relies on: with the tilted F(t) = f(t) - f'(1)(t - 1),
+   oh_D(a) = p_x F(a/p_x) + (1 - p_x) F((1 - a)/(1 - p_x)), the first ratio
+   moving up from 1 and the second down from 1. At a = 1 the second ratio is 0,
+   which must lie in dom (f(0) finite) for the statement to say anything. *)
+Lemma tilt_up : forall c1 c2, 1 <= c1 <= c2 ->
+  f c1 - f' 1 * (c1 - 1) <= f c2 - f' 1 * (c2 - 1).
+Proof.
+  intros c1 c2 H.
+  pose proof (Hsub c1 c2 ltac:(lra) (Hdom c1 ltac:(lra)) (Hdom c2 ltac:(lra))).
+  pose proof (Hsub 1 c1 ltac:(lra) (Hdom 1 ltac:(lra)) (Hdom c1 ltac:(lra))).
+  pose proof (Hsub c1 1 ltac:(lra) (Hdom c1 ltac:(lra)) (Hdom 1 ltac:(lra))).
+  assert (f' 1 <= f' c1) by (destruct (Req_dec c1 1) as [->|]; [lra|nra]). nra.
+Qed.
+
+Lemma tilt_down : forall c1 c2, 0 < c1 -> 0 <= c2 <= c1 -> c1 <= 1 -> dom c2 ->
+  f c1 - f' 1 * (c1 - 1) <= f c2 - f' 1 * (c2 - 1).
+Proof.
+  intros c1 c2 H0 H H1 D2.
+  pose proof (Hsub c1 c2 H0 (Hdom c1 H0) D2).
+  pose proof (Hsub 1 c1 ltac:(lra) (Hdom 1 ltac:(lra)) (Hdom c1 H0)).
+  pose proof (Hsub c1 1 H0 (Hdom c1 H0) (Hdom 1 ltac:(lra))).
+  assert (f' c1 <= f' 1) by (destruct (Req_dec c1 1) as [->|]; [lra|nra]). nra.
+Qed.
+
+Theorem oh_D_monotone : forall a1 a2, p x <= a1 <= a2 -> a2 <= 1 -> (a2 < 1 \/ dom 0) ->
+  oh_D a1 <= oh_D a2.
+Proof.
+  intros a1 a2 H12 H2 Hd.
+  destruct (Req_dec a1 1) as [E|Ne]; [assert (a2 = 1) by lra; subst; lra|].
+  assert (T : forall a, oh_D a = p x * (f (a / p x) - f' 1 * (a / p x - 1)) +
+            (1 - p x) * (f ((1 - a) / (1 - p x)) - f' 1 * ((1 - a) / (1 - p x) - 1))).
+  { intros a. unfold oh_D. field. lra. }
+  rewrite !T.
+  assert (U : 1 <= a1 / p x <= a2 / p x).
+  { replace (a1 / p x) with (1 + (a1 - p x) / p x) by (field; lra).
+    replace (a2 / p x) with (1 + (a1 - p x) / p x + (a2 - a1) / p x) by (field; lra).
+    assert (0 <= (a1 - p x) / p x) by (apply Rdiv_le_0_compat; lra).
+    assert (0 <= (a2 - a1) / p x) by (apply Rdiv_le_0_compat; lra). lra. }
+  assert (V : 0 <= (1 - a2) / (1 - p x) <= (1 - a1) / (1 - p x) /\
+              0 < (1 - a1) / (1 - p x) <= 1).
+  { replace ((1 - a1) / (1 - p x)) with ((1 - a2) / (1 - p x) + (a2 - a1) / (1 - p x))
+      by (field; lra).
+    assert (0 <= (1 - a2) / (1 - p x)) by (apply Rdiv_le_0_compat; lra).
+    assert (0 <= (a2 - a1) / (1 - p x)) by (apply Rdiv_le_0_compat; lra).
+    assert (0 < (1 - a1) / (1 - p x)) by (apply Rdiv_lt_0_compat; lra).
+    assert (1 - (1 - a1) / (1 - p x) = (a1 - p x) / (1 - p x)) by (field; lra).
+    assert (0 <= (a1 - p x) / (1 - p x)) by (apply Rdiv_le_0_compat; lra).
+    replace ((1 - a2) / (1 - p x) + (a2 - a1) / (1 - p x)) with ((1 - a1) / (1 - p x))
+      by (field; lra). lra. }
+  assert (D2 : dom ((1 - a2) / (1 - p x))).
+  { destruct Hd as [Hlt|H0].
+    - apply Hdom. apply Rdiv_lt_0_compat; lra.
+    - destruct (Req_dec a2 1) as [->|Ne2].
+      + replace ((1 - 1) / (1 - p x)) with 0 by (field; lra). auto.
+      + apply Hdom. apply Rdiv_lt_0_compat; lra. }
+  pose proof (tilt_up (a1 / p x) (a2 / p x) U).
+  pose proof (tilt_down ((1 - a1) / (1 - p x)) ((1 - a2) / (1 - p x))
+                (proj1 (proj2 V)) (proj1 V) (proj2 (proj2 V)) D2).
+  apply Rplus_le_compat; apply Rmult_le_compat_l; lra.
+Qed.
 End OneHot.
 
 (* closed forms (docs/theory.md §8): tv gives D = a - p_x, chi2 gives
