@@ -1,11 +1,25 @@
-"""Shared fixtures; the instance generators live in mentored.testing."""
+"""Shared fixtures and the hypothesis profiles; the instance generators live in mentored.testing."""
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Hypothesis profiles (individual @settings(...) override only the keys they set):
+# - "ci", the default, used by the test command (tests/run.sh): derandomised, the same examples on
+#   every run and machine (derandomize=True also leaves the example database out);
+# - "random", for local runs that look for new failures, a fresh seed each run:
+#       HYPOTHESIS_PROFILE=random python -P -m pytest tests
+#   (hypothesis's own option `--hypothesis-profile random` selects it too). Whatever such a run
+#   finds goes into the test as an @example(...), so that the derandomised runs keep checking it;
+#   print_blob=True prints the @reproduce_failure line that replays it.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("random", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

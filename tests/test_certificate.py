@@ -47,6 +47,7 @@ def brute_dual(div, p, q, budget, lam, mu):
     return total
 
 
+@pytest.mark.slow  # grids of 200k points per token
 @pytest.mark.parametrize("name", list(mentored.BUILTIN_NAMES) + list(CUSTOM))
 def test_closed_form_dual_equals_brute_force(name, custom, rng):
     div = custom.get(name) or mentored.divergence(name)

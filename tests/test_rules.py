@@ -280,6 +280,7 @@ def test_errors():
 # Against the frontier: no rule lies above it (docs/theory.md §7)
 
 
+@pytest.mark.slow  # 27 rows × every rule × 7 divergences
 def test_no_rule_above_the_frontier(rng):
     kinds = ("dense", "peaked", "top_k_target", "truncated_draft", "both_truncated", "ties", "one_hot_draft", "disjoint")
     rows = [instance(k, rng) for k in kinds for _ in range(3)] + [llm_like(rng, 200) for _ in range(3)]

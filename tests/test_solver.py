@@ -28,18 +28,41 @@ def assert_feasible(pi, p, div, budget, *, rtol=1e-9, atol=1e-12):
 @pytest.mark.parametrize("kind", KINDS)
 def test_core_matches_reference(div, kind, rng):
     # 12 kinds × 2 rows × 6 budgets per divergence: the optimum and π agree with the bisection
-    # reference, and π is feasible by the definition of D_f.
-    for _ in range(2):
+    # reference, and π is feasible by the definition of D_f. (Kind "single" has one row, p = q = [1].)
+    for _ in range(1 if kind == "single" else 2):
         p, q = instance(kind, rng)
-        for budget in budgets_for(div, p, q):
+        budgets = budgets_for(div, p, q)
+        ref_pis, _ = reference.solve(p, q, div, budgets)  # all budgets in one search
+        for budget, ref_pi in zip(budgets, ref_pis):
             sol = mentored.solve(p, q, divergence=div, budget=budget)
-            ref_pi, ref_s = reference.solve(p, q, div, budget)
             assert_feasible(sol.pi, p, div, budget)
             assert_allclose(sol.acceptance, np.minimum(ref_pi, q).sum(), rtol=0, atol=1e-9)
             assert_allclose(sol.pi, ref_pi, rtol=0, atol=1e-8)
             assert_allclose(sol.acceptance, np.minimum(sol.pi, q).sum(), rtol=0, atol=1e-12)
             assert_allclose(sol.s, 0.5 * np.abs(sol.pi - p).sum(), rtol=0, atol=1e-12)
             assert_allclose(sol.divergence, mentored.divergence(div)(sol.pi, p), rtol=1e-7, atol=1e-12)
+
+
+def test_reference_searches_budgets_and_points_at_once_as_one_at_a_time(rng):
+    # reference.solve and reference.curve take arrays: one search lane per budget or s, with fewer
+    # points per step than one lane alone gets. The same thresholds, bitwise, as one at a time; s
+    # the same up to the rounding of D_f (not exactly monotone in s: the search may stop elsewhere).
+    for kind in ("dense", "top_p_target", "ties", "extreme"):
+        p, q = instance(kind, rng)
+        s = np.linspace(0.0, 0.5 * np.abs(p - q).sum(), 5)
+        pis, t_lo, t_hi = reference.curve(p, q, s)
+        for i in range(s.size):
+            pi, lo, hi = reference.curve(p, q, s[i])
+            assert np.array_equal(pi, pis[i]) and (lo, hi) == (t_lo[i], t_hi[i])
+        if kind not in ("dense", "extreme"):
+            continue  # (one budget at a time is the slow way: two kinds suffice)
+        for div in ("kl", "reverse_kl"):
+            budgets = budgets_for(div, p, q)
+            pis, ss = reference.solve(p, q, div, budgets)
+            for b, pi, s_b in zip(budgets, pis, ss):
+                one, s_one = reference.solve(p, q, div, b)
+                assert_allclose(one, pi, rtol=0, atol=1e-15)
+                assert_allclose(s_one, s_b, rtol=0, atol=1e-15)
 
 
 def check_against_oracle(p, q, div, budget, *, atol=1e-7):
@@ -67,11 +90,12 @@ def check_against_oracle(p, q, div, budget, *, atol=1e-7):
 WELL_CONDITIONED = ("dense", "top_k_target", "truncated_draft", "disjoint", "equal", "single", "ties", "one_hot_draft")
 
 
+@pytest.mark.slow  # 84 cases × 10 conic solves
 @pytest.mark.parametrize("div", DIVERGENCES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_core_matches_oracle(div, kind, rng):
     diffs = []
-    for _ in range(2):
+    for _ in range(1 if kind == "single" else 2):  # "single" has one row, p = q = [1]
         p, q = instance(kind, rng)
         # Budget 0 leaves a single feasible point, where interior-point solvers stall; it is
         # checked exactly in test_budget_zero_is_lossless instead.
@@ -83,13 +107,14 @@ def test_core_matches_oracle(div, kind, rng):
         assert np.median(np.abs(usable)) <= 1e-6
 
 
+@pytest.mark.slow  # n = 4096, and a conic solve of that size
 @pytest.mark.parametrize("div", DIVERGENCES)
 def test_llm_like_rows(div, rng):
     # Softmax of Gaussian logits, n = 4096, against the reference and the oracle.
     p, q = llm_like(rng, 4096)
-    for budget in (1e-4, 0.05, 0.5):
+    budgets = (1e-4, 0.05, 0.5)
+    for budget, ref_pi in zip(budgets, reference.solve(p, q, div, budgets)[0]):
         sol = mentored.solve(p, q, divergence=div, budget=budget)
-        ref_pi, _ = reference.solve(p, q, div, budget)
         assert_allclose(sol.acceptance, np.minimum(ref_pi, q).sum(), rtol=0, atol=1e-9)
         assert_feasible(sol.pi, p, div, budget)
     diff = check_against_oracle(p, q, div, 0.05)

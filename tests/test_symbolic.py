@@ -142,6 +142,7 @@ def test_conjugate_expr_is_piecewise_with_domain():
     assert d.conjugate_expr.subs(Y, 2) == sp.oo
 
 
+@pytest.mark.slow  # f evaluated by numpy, called back from the core
 @pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
 def test_a_builtin_rebuilt_from_sympy_solves_like_the_builtin(name, rng):
     # The same f through the Python-callable path of the core and through the compiled generator.
@@ -156,12 +157,15 @@ def test_a_builtin_rebuilt_from_sympy_solves_like_the_builtin(name, rng):
             assert_allclose(b.pi, a.pi, rtol=0, atol=1e-8)
 
 
+@pytest.mark.slow  # 60 cases, f evaluated by numpy, called back from the core
 @pytest.mark.parametrize("name", list(CUSTOM))
 @pytest.mark.parametrize("kind", KINDS)
 def test_custom_matches_reference(custom, name, kind, rng):
     d = custom[name]
     p, q = instance(kind, rng)
-    for budget in budgets_for(d, p, q):
+    budgets = budgets_for(d, p, q)
+    ref_pis, _ = reference.solve(p, q, d, budgets)  # all budgets in one search
+    for budget, ref_pi in zip(budgets, ref_pis):
         sol = mentored.solve(p, q, divergence=d, budget=budget)
         assert np.all(sol.pi >= 0)
         assert_allclose(sol.pi.sum(), 1.0, rtol=0, atol=1e-12)
@@ -170,7 +174,6 @@ def test_custom_matches_reference(custom, name, kind, rng):
             # Lossless exactly; the reference's untilted f cancels near t = 1 and can step off p.
             assert_allclose(sol.pi, p, rtol=0, atol=1e-15)
             continue
-        ref_pi, _ = reference.solve(p, q, d, budget)
         assert_allclose(sol.acceptance, np.minimum(ref_pi, q).sum(), rtol=0, atol=1e-9)
 
 

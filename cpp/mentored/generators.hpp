@@ -92,7 +92,7 @@ inline double generator_f(Generator g, double t) {
     case Generator::chi2:
       return (t - 1.0) * (t - 1.0);
     case Generator::neyman_chi2:
-      return t > 0.0 ? (t - 1.0) * (t - 1.0) / t : kInf;
+      return t > 0.0 ? (t - 1.0) * ((t - 1.0) / t) : kInf;  // no overflow of (t − 1)² near DBL_MAX
     case Generator::hellinger: {
       const double r = std::sqrt(t) - 1.0;
       return r * r;

@@ -10,7 +10,8 @@
 //
 // The budget search (D is nondecreasing in s: Monotone.v, D_monotone) runs in two phases.
 //  1. On bucket sums alone: f at the bucket edges and at each bucket's mean ratio bound Σ p f(r)
-//     per bucket (monotonicity of f on each side of 1, Jensen, the chord), hence D(s) from below
+//     per bucket (monotonicity of f on each side of 1, Jensen, the chord; proofs: Bracket.v,
+//     bracket_sound, threshold_interval), hence D(s) from below
 //     and above; bisection brackets the answer to a few buckets of each threshold.
 //  2. Exact, by bisection inside the bracket. Only the tokens of the buckets from one threshold to
 //     the other are touched: those the thresholds can visit are moved into bucket order (a
@@ -53,7 +54,8 @@ void evaluate_many(const F& f, const double* t, std::size_t n, double* out, long
 // π_i in the output type. float64: as is. float32: not to nearest but toward p_i, so that each
 // term p_i f(π_i/p_i) moves toward f(1) = 0 and rounding cannot push D_f(π‖p) past the budget the
 // float64 π met (docs/reliability.md): the float32 neighbour of v on p_i's side when it is not past
-// p_i (by convexity its term is no larger than v's). Otherwise v and p_i share one gap between
+// p_i (by convexity its term is no larger than v's; proofs: Rounding.v, round_toward_term,
+// round_toward_sound, float32_guarantee). Otherwise v and p_i share one gap between
 // float32 neighbours lo < hi: for a normal p_i the one nearer p_i (its term is O(p_i·2⁻⁴⁶));
 // below FLT_MIN, where the gap is wide relative to p_i (p_i may even lie below the smallest
 // denormal), the one whose term p_i f(x/p_i) is smaller, since f(0) = ∞ forbids 0 for some f and
@@ -92,15 +94,20 @@ struct PiRule {
   double t_lo, t_hi;  // thresholds (t_hi may be ∞)
   double t_hi_finite; // t_hi, or 1 when t_hi = ∞
   double z;           // share of q given to {p = 0} on the continuation
+  double lo_floor;    // the smallest positive double when t_lo > 0, else 0
 };
 
 // π_i in float64 from a = p_i/Σp, b = q_i/Σq: p·clip(q/p, t_lo, t_hi) as min/max (t_hi = ∞
 // works as is). Outside tokens get q·z on the continuation; one with a denormal p_i > 0 (q/p
-// overflowed) also keeps t_hi·p_i ≥ p_i, as the clip would give it: π_i > 0 wherever p_i > 0,
-// which f(0) = ∞ requires; the mass this adds is below 1e-300. Both computed, one selected:
-// the loop vectorises.
+// overflowed) also keeps t_hi·p_i ≥ p_i, as the clip would give it. A lower clip t_lo·p_i that
+// underflows to 0 (a denormal p_i, a small t_lo > 0) is rounded toward p_i instead, to the
+// smallest positive double: min(a, lo_floor) is that for a > 0 and 0 for a = 0. So π_i > 0
+// wherever p_i > 0 and t_lo > 0, which f(0) = ∞ requires (the divergence reported, from t_lo,
+// is then the divergence of this π); the mass this adds is below 1e-300. Both computed, one
+// selected: the loop vectorises.
 inline double pi_value(double a, double b, bool outside, const PiRule& x) {
-  const double clipped = std::min(std::max(b, x.t_lo * a), x.t_hi * a);
+  const double lower = std::max(x.t_lo * a, std::min(a, x.lo_floor));
+  const double clipped = std::min(std::max(b, lower), x.t_hi * a);
   const double continued = std::max(b * x.z, x.t_hi_finite * a);
   return outside ? continued : clipped;
 }
@@ -1120,6 +1127,8 @@ void OneShot::bound_buckets(const F& f) {
     evaluate_many(f, ratios_.data(), ratios_.size(), fvals_.data(), 0);
     for (int k = first; k < last; ++k) fmean_[k] = fvals_[k - first];
   }
+  // (Proved: Bracket.v, bracket_sound, with jensen_bucket, edges_bucket_low, chord_bucket,
+  // edges_bucket.)
   // Per bucket, Σ p f(r) lies above P_k·f(Q_k/P_k) (Jensen) and P_k·(f at the nearer edge to 1),
   // and below the chord of f over the bucket and P_k·(f at the farther edge): f is convex,
   // decreasing below 1 and increasing above (the tilted generator has its minimum f(1) = 0).
@@ -1151,7 +1160,8 @@ template <class F>
 void OneShot::divergence_bounds(const F& f, double s, double& low, double& up) const {
   // D(s) = D_lo(t_lo) + D_hi(t_hi) with D_lo(t) = Σ_{r<1} p f(max(r, t)) nonincreasing and
   // D_hi(t) = Σ_{r>1} p f(min(r, t)) nondecreasing. Each threshold is known to its bucket b from
-  // the bucket sums alone, and within it to an interval: on the lower side φ(t) = Σ_{r<t}(t p − q)
+  // the bucket sums alone, and within it to an interval (proofs: Bracket.v, threshold_interval):
+  // on the lower side φ(t) = Σ_{r<t}(t p − q)
   // = g lies between t·P_e − Q_e (the bucket's own terms are ≥ 0) and that plus (t − e)·P_b (each
   // is p(t − r) ≤ p(t − e)), where e is the bucket's lower edge and P_e, Q_e sum the tokens below
   // it; the upper side is the mirror image. The tokens of b contribute between P_b·f at the edge
@@ -1293,6 +1303,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
   rule.t_hi = x.t_hi;
   rule.t_hi_finite = x.t_hi < kInf ? x.t_hi : 1.0;
   rule.z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
+  rule.lo_floor = x.t_lo > 0.0 ? std::numeric_limits<double>::denorm_min() : 0.0;
   const std::size_t n = keys_.size();
   pi_pass(p, q, count_[kOutside] > 0 ? keys_.data() : nullptr, n, rule, out);
   // float32 π_i below FLT_MIN, or for p_i below FLT_MIN: round_toward, where f may decide. Such

@@ -232,6 +232,7 @@ inline Point Path::at(double s) const {
 template <class T>
 double Path::build_pi(const Point& x, T* out) const {
   const double z = x.s > d_up_ && q0_ > 0.0 ? (x.s - d_up_) / q0_ : 0.0;
+  const double lo_floor = x.t_lo > 0.0 ? std::numeric_limits<double>::denorm_min() : 0.0;
   double accepted = 0.0;
   for (std::size_t i = 0; i < p_.size(); ++i) {
     double v;
@@ -239,8 +240,9 @@ double Path::build_pi(const Point& x, T* out) const {
       // As in oneshot.hpp: a denormal p_i > 0 keeps t_hi·p_i ≥ p_i, so π_i > 0 wherever p_i > 0.
       v = std::max(q_[i] * std::min(z, 1.0), (x.t_hi < kInf ? x.t_hi : 1.0) * p_[i]);
     } else {
-      // p·clip(q/p, t_lo, t_hi), compared without forming q/p.
-      const double lo = x.t_lo * p_[i], hi = x.t_hi * p_[i];
+      // p·clip(q/p, t_lo, t_hi), compared without forming q/p. As in oneshot.hpp (pi_value): a
+      // t_lo·p_i that underflows to 0 is rounded toward p_i, so π_i > 0 wherever p_i > 0 < t_lo.
+      const double lo = std::max(x.t_lo * p_[i], std::min(p_[i], lo_floor)), hi = x.t_hi * p_[i];
       v = q_[i] < lo ? lo : (q_[i] > hi ? hi : q_[i]);
     }
     accepted += std::min(v, q_[i]);

@@ -71,8 +71,11 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
                  const double* values, int threads, T* pi, double* results, int* status,
                  const double* sums = nullptr) {
 #ifdef _OPENMP
-  // No more threads than rows: a team that waits for work costs more than one small row.
-  const int nt = static_cast<int>(std::min<std::size_t>(threads > 0 ? threads : omp_get_max_threads(), rows));
+  // No more threads than rows: a team that waits for work costs more than one small row. By
+  // default a small batch (a decode step of a few short rows) runs on the calling thread: waking a
+  // team costs more than the work, and far more when other processes hold the cores.
+  const int want = threads > 0 ? threads : (rows * n > (std::size_t{1} << 16) ? omp_get_max_threads() : 1);
+  const int nt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(want), rows));
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
   {
