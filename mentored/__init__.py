@@ -14,7 +14,7 @@ which speculative sampling then emits exactly, accepting a draft with probabilit
 The top level holds the solver and its certificate. The rest is one attribute away and loaded on
 first use, so that ``import mentored`` needs neither sympy, cvxpy, torch nor transformers:
 ``mentored.rules`` (peer lossy rules and the frontier audit), ``mentored.quality`` (the boosting
-view), ``mentored.symbolic`` (divergences from sympy), ``mentored.oracle`` (the convex program),
+view), ``mentored.serving`` (vLLM's rejection-sampler layout), ``mentored.symbolic`` (divergences from sympy), ``mentored.oracle`` (the convex program),
 ``mentored.reference`` (the numpy reference), ``mentored.hf`` (Hugging Face loop),
 ``mentored.torch_backend``, ``mentored.textlm`` (the demo's text models), ``mentored.testing``.
 
@@ -66,7 +66,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 # Submodules reachable as attributes, imported on first access (PEP 562).
-_SUBMODULES = ("rules", "quality", "symbolic", "oracle", "reference", "hf", "torch_backend", "textlm", "testing")
+_SUBMODULES = ("rules", "quality", "serving", "symbolic", "oracle", "reference", "hf", "torch_backend", "textlm", "testing")
 
 
 def __getattr__(name):

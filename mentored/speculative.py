@@ -35,6 +35,7 @@ def speculative_step(
     seed=None,
     uniforms=None,
     threads=None,
+    zeros="continue",
 ):
     r"""One verification step of mentored speculative decoding for a batch of sequences.
 
@@ -75,6 +76,13 @@ def speculative_step(
         numpy and torch paths make the same decisions.
     threads : int, optional
         OpenMP threads over rows (numpy input).
+    zeros : {"continue", "keep"}
+        ``"continue"`` (the default here): :math:`\pi` solves :math:`\mathrm{MD}(f, \varepsilon)` as
+        stated, and for divergences with :math:`f_\infty < \infty` (``tv``, ``reverse_kl``,
+        ``neyman_chi2``, ``hellinger``, ``js``) may put mass on tokens where the target is 0.
+        ``"keep"``: the target's zeros are hard constraints (top-k/top-p, bad words, grammars):
+        :math:`\pi_i = 0` wherever :math:`p_i = 0`, the optimum under that constraint
+        (docs/theory.md §8; :func:`mentored.serving.rejection_sample` defaults to it).
 
     Returns
     -------
@@ -103,7 +111,9 @@ def speculative_step(
             budget=budget,
             seed=seed,
             uniforms=uniforms,
+            zeros=zeros,
         )
+    check_zeros(zeros)
     p, bonus, q, draft = check_step_inputs(
         target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray
     )
@@ -115,10 +125,8 @@ def speculative_step(
     q = np.ascontiguousarray(q, dtype=dtype)
     if k == 0:
         return np.ascontiguousarray(bonus, dtype=np.int64).reshape(B, 1).copy()
-    sol = solve(
-        p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), divergence=_divergence(divergence), budget=budgets.ravel(), threads=threads
-    )
-    pi = np.ascontiguousarray(sol.pi.reshape(B, k, V), dtype=dtype)
+    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), _divergence(divergence), budgets.ravel(), threads, zeros)
+    pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=dtype)
     out, status = _core.speculative_step(
         pi,
         q,
@@ -130,6 +138,39 @@ def speculative_step(
     if np.any(status):  # ids were checked above; the core checks again
         raise ValueError(f"draft_token_ids: an id outside [0, {V}) in row {int(np.flatnonzero(status)[0])}")
     return out
+
+
+_ZEROS = ("keep", "continue")
+
+
+def check_zeros(zeros) -> str:
+    if zeros not in _ZEROS:
+        raise ValueError(f"zeros must be 'keep' or 'continue', got {zeros!r}")
+    return zeros
+
+
+def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
+    """π for rows (R, V) with per-row budgets; ``zeros="keep"`` adds π_i = 0 where p_i = 0.
+
+    With f∞ = ∞ the optimum never puts mass there. With f∞ < ∞, a row whose optimum went past the
+    end of the finite curve (``t_hi = inf``, s > TV − Q0) is solved again at that end, the least
+    divergence reaching acceptance 1 − Q0: the optimum under the constraint, since D_f is
+    nondecreasing along the curve and the finite part is within budget
+    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0.
+    """
+    sol = solve(p2, q2, divergence=div, budget=budgets, threads=threads)
+    pi = sol.pi
+    if zeros == "keep" and np.isfinite(div.f_inf):
+        redo = np.flatnonzero(np.isinf(np.atleast_1d(sol.t_hi)))
+        if redo.size:
+            pr, qr = p2[redo], q2[redo]
+            zero = pr == 0
+            q0 = np.where(zero, qr, 0).sum(-1, dtype=np.float64) / qr.sum(-1, dtype=np.float64)
+            again = solve(pr, qr, divergence=div, acceptance=np.clip(1.0 - q0, 0.0, 1.0), threads=threads).pi
+            again[zero] = 0
+            pi = np.array(pi, copy=True) if not pi.flags.writeable else pi
+            pi[redo] = again
+    return pi
 
 
 def check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray):
@@ -163,7 +204,41 @@ def check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, dra
             lo, hi = int(x.min()), int(x.max())
             if lo < 0 or hi >= V:
                 raise ValueError(f"{name} must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
+    # Every row a distribution, the bonus position included, with (b, j) in the message and the
+    # tolerance of mentored.solve (relative 1e-6 in float64, 1e-3 in float32) for numpy and torch alike.
+    check_step_rows(p, "target_with_bonus_probs", k + 1)
+    check_step_rows(q, "draft_probs", k)
     return p, bonus, q, draft
+
+
+def check_step_rows(x, name: str, per: int) -> None:
+    """Rows of a (B, per, V) array: finite, nonnegative, summing to 1; errors name (b, j)."""
+    if x.shape[-1] == 0 or per == 0:
+        return
+
+    def where(r: int) -> str:
+        return f"row (b, j) = ({r // per}, {r % per})"
+
+    if not isinstance(x, np.ndarray):
+        from .torch_backend import check_rows
+
+        check_rows(x, name, where)
+        return
+    from ._validate import _SUM_RTOL, _floats, row_stats
+
+    a = _floats(x, name)
+    sums, lo, hi = (v.ravel() for v in row_stats(a))
+    bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
+    if bad.size:
+        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad[0]))})")
+    neg = np.flatnonzero(lo < 0)
+    if neg.size:
+        raise ValueError(f"{name} has negative entries ({where(int(neg[0]))})")
+    rtol = _SUM_RTOL[a.dtype]
+    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
+    if off.size:
+        r = int(off[0])
+        raise ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); {where(r)} sums to {float(sums[r])!r}")
 
 
 def _dtype_kind(x) -> str:
@@ -190,8 +265,12 @@ def step_budgets(budget, B: int, k: int) -> np.ndarray:
         b = np.broadcast_to(b, (B, k))
     except ValueError:
         raise ValueError(f"budget must broadcast to (B, k) = ({B}, {k}), got shape {b.shape}") from None
-    if np.any(np.isnan(b)) or np.any(b < 0):
-        raise ValueError("budget must be nonnegative (inf allowed), not NaN")
+    if np.any(np.isnan(b)):
+        b_, j = np.argwhere(np.isnan(b))[0]
+        raise ValueError(f"budget is NaN at (b, j) = ({b_}, {j})")
+    if np.any(b < 0):
+        b_, j = np.argwhere(b < 0)[0]
+        raise ValueError(f"budget must be nonnegative (inf allowed), got {b[b_, j]!r} at (b, j) = ({b_}, {j})")
     return np.ascontiguousarray(b)
 
 

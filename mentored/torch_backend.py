@@ -28,12 +28,13 @@ except ImportError as exc:
     raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
 
 from .divergences import BUILTIN_NAMES, divergence as _divergence
-from .speculative import check_step_inputs, step_budgets
+from .speculative import check_step_inputs, check_zeros, step_budgets
 
 __all__ = ["solve", "speculative_step"]
 
 _LN2 = math.log(2.0)
 _INF = math.inf
+_FAR = 1e100  # ratios above this: D terms from π and p (docs/reliability.md, denormal targets)
 
 
 # Tilted generators f̃(t) = f(t) − f'(1)(t − 1) ≥ 0 (same D on the simplex, no cancellation),
@@ -85,15 +86,29 @@ class _Rows:
         r_dn, order = torch.sort(r_pos, dim=-1, descending=True)
         ps, qs = p.gather(-1, order), torch.where(pos, q, 0.0).gather(-1, order)
         self.hi_r = r_dn
+        # Ratios past _FAR (p denormal next to q): their D terms need π itself (below). Rare, so the
+        # extra work is done only when some row has one (one host synchronisation per solve).
+        self.far = bool(((r > _FAR) & pos).any())
         self.hi_P = torch.cat([zero, ps.cumsum(-1)], -1)
         self.hi_Q = torch.cat([zero, qs.cumsum(-1)], -1)
-        self.hi_h = self.hi_Q[:, :-1] - r_dn * self.hi_P[:, :-1]
+        # 0·∞ = 0 where nothing lies above (a ratio overflowed to inf, e.g. q/p with p denormal): an
+        # inf ratio above another gives h = −∞, i.e. "capped at every finite t_hi", as it should.
+        P_above = self.hi_P[:, :-1]
+        self.hi_h = torch.where(P_above > 0, self.hi_Q[:, :-1] - r_dn * P_above, self.hi_Q[:, :-1])
 
-    def s_max(self, name: str) -> torch.Tensor:
-        return torch.minimum(self.tv, self.d_up) if math.isinf(_F_INF_TILDE[name]) else self.tv
+    def s_max(self, name: str, zeros: str = "continue") -> torch.Tensor:
+        """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
+        if zeros == "keep" or math.isinf(_F_INF_TILDE[name]):
+            return torch.minimum(self.tv, self.d_up)
+        return self.tv
 
     def thresholds(self, s: torch.Tensor):
-        """(t_lo, t_hi) at s (R,), s in [0, TV]."""
+        """(t_lo, t_hi, hi_num, hi_den) at s (R,), s in [0, TV].
+
+        ``t_hi = hi_num/hi_den`` (``inf`` when nothing is capped); the pair is kept because the
+        quotient may overflow when the capped target mass ``hi_den`` is denormal, while the capped
+        values ``p_i·t_hi = (p_i/hi_den)·hi_num`` do not.
+        """
         c = (self.tv - s).clamp(min=0)
         m = (self.lo_g < c[:, None]).sum(-1, keepdim=True)
         P, Q = self.lo_P.gather(-1, m)[:, 0], self.lo_Q.gather(-1, m)[:, 0]
@@ -102,33 +117,100 @@ class _Rows:
         c2 = self.d_up - s
         m = (self.hi_h <= c2[:, None]).sum(-1, keepdim=True)  # h is nondecreasing along the descending order
         P, Q = self.hi_P.gather(-1, m)[:, 0], self.hi_Q.gather(-1, m)[:, 0]
-        t_hi = torch.where(P > 0, (Q - c2) / torch.where(P > 0, P, 1.0), _INF)
-        t_hi = torch.where(c2 <= 0, _INF, t_hi.clamp(min=1.0))
-        t_hi = torch.where(s <= 0, torch.ones_like(t_hi), t_hi)
-        return t_lo, t_hi
+        open_end = (c2 <= 0) | (P <= 0)
+        one = torch.ones_like(P)
+        num = torch.where(open_end, one, Q - c2)
+        den = torch.where(open_end, one, P)
+        num = torch.maximum(num, den)  # t_hi ≥ 1
+        num = torch.where(s <= 0, one, num)
+        den = torch.where(s <= 0, one, den)
+        open_end = open_end & (s > 0)
+        t_hi = torch.where(open_end, _INF, num / den)
+        return t_lo, t_hi, num, den, open_end
+
+    def _body(self, s: torch.Tensor):
+        """π on {p > 0} at s, division-free: max(t_lo p_i, min(q_i, t_hi p_i)) (docs/theory.md §3)."""
+        t_lo, t_hi, num, den, open_end = self.thresholds(s)
+        # p_i·t_hi, without forming t_hi where it overflows; ≥ p_i since t_hi ≥ 1.
+        cap = torch.where(torch.isfinite(t_hi)[:, None], self.p * t_hi[:, None], (self.p / den[:, None]) * num[:, None])
+        cap = torch.where(open_end[:, None], _INF, cap)
+        body = torch.maximum(t_lo[:, None] * self.p, torch.minimum(self.q, cap))
+        return body, t_lo, t_hi
 
     def pi(self, s: torch.Tensor) -> torch.Tensor:
-        t_lo, t_hi = self.thresholds(s)
-        body = self.p * torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
+        body, _, _ = self._body(s)
         extra = (s - self.d_up).clamp(min=0) / torch.where(self.q0 > 0, self.q0, 1.0)
         return torch.where(self.pos, body, self.q * extra[:, None])
 
     def divergence(self, name: str, s: torch.Tensor) -> torch.Tensor:
-        t_lo, t_hi = self.thresholds(s)
+        if not self.far:
+            t_lo, t_hi, _, _, _ = self.thresholds(s)
+            t = torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
+            terms = torch.where(self.pos, self.p * _f_tilde(name, torch.where(self.pos, t, 1.0)), 0.0)
+            return terms.sum(-1) + self._tail(name, s)
+        body, t_lo, t_hi = self._body(s)
         t = torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
-        terms = torch.where(self.pos, self.p * _f_tilde(name, torch.where(self.pos, t, 1.0)), 0.0)
+        # Where the ratio is huge (p denormal: q/p overflows, or f̃(t) would), p f̃(π/p) in its
+        # perspective form, from π and p; elsewhere p f̃(t) as the C++ core computes it.
+        far = self.pos & (t > _FAR)
+        ok = self.pos & ~far
+        terms = torch.where(ok, self.p * _f_tilde(name, torch.where(ok, t, 1.0)), 0.0)
+        terms = torch.where(far, _perspective(name, torch.where(far, body, 1.0), torch.where(far, self.p, 1.0)), terms)
+        return terms.sum(-1) + self._tail(name, s)
+
+    def _tail(self, name: str, s: torch.Tensor) -> torch.Tensor:
         extra = (s - self.d_up).clamp(min=0)
         f_inf = _F_INF_TILDE[name]
-        tail = torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
-        return terms.sum(-1) + tail
+        return torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
 
 
-def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0) -> torch.Tensor:
+def _perspective(name: str, pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """p f̃(π/p) for p > 0 without forming π/p (which overflows when p is denormal)."""
+    if name == "tv":
+        return 0.5 * (pi - p).abs()
+    if name == "kl":
+        return torch.xlogy(pi, pi) - pi * torch.log(p) - pi + p
+    if name == "reverse_kl":
+        return p * (torch.log(p) - torch.log(pi)) + pi - p
+    if name == "chi2":
+        return (pi - p) ** 2 / p
+    if name == "neyman_chi2":
+        return torch.where(pi > 0, (pi - p) ** 2 / torch.where(pi > 0, pi, 1.0), _INF)
+    if name == "hellinger":
+        return (pi.sqrt() - p.sqrt()) ** 2
+    if name == "js":
+        m = pi + p
+        return 0.5 * (torch.xlogy(pi, 2 * pi / m) + p * torch.log(2 * p / m))
+    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+
+
+def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
     r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, in torch.
 
-    Rows must be distributions (checked to 1e-3). ``budget`` is a float or an (R,) tensor/array.
+    Rows must be distributions, to the same relative tolerance as :func:`mentored.solve` (1e-6 for
+    float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``zeros="keep"`` adds
+    the constraint :math:`\pi_i = 0` where :math:`p_i = 0` (docs/theory.md §8: the curve stops at
+    :math:`s = \mathrm{TV} - Q_0` for every divergence); ``"continue"`` is the problem as stated.
     Returns :math:`\pi` in the dtype and on the device of ``target`` (computed in float64).
     """
+    name = builtin_name(divergence)
+    if target.ndim != 2 or target.shape != draft.shape:
+        raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
+    check_rows(target, "target")
+    check_rows(draft, "draft")
+    p, q = target.to(torch.float64), draft.to(torch.float64)
+    R = p.shape[0]
+    b = np.asarray(budget, dtype=np.float64)
+    if b.ndim and b.shape != (R,):
+        raise ValueError(f"budget must be a scalar or have one value per row ({R}), got shape {b.shape}")
+    if np.any(np.isnan(b)) or np.any(b < 0):
+        raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
+    eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
+    return solve_rows(p, q, name, eps, zeros).to(target.dtype)
+
+
+def builtin_name(divergence) -> str:
+    """The name of a built-in divergence, or a ValueError for a custom one."""
     div = _divergence(divergence)
     name = div.name
     # By identity, not by name: a custom divergence may be called "kl" and still be another f.
@@ -137,21 +219,41 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
             f"the torch backend knows the built-in divergences {BUILTIN_NAMES}; {name!r} here is a custom "
             "divergence: pass numpy arrays to mentored.solve for it"
         )
-    if target.ndim != 2 or target.shape != draft.shape:
-        raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
-    p, q = target.to(torch.float64), draft.to(torch.float64)
-    for nm, x in (("target", p), ("draft", q)):
-        if not bool(torch.isfinite(x).all()) or bool((x < 0).any()):
-            raise ValueError(f"{nm} must be finite and nonnegative")
-        sums = x.sum(-1)
-        if bool(((sums - 1).abs() > 1e-3).any()):
-            raise ValueError(f"{nm} rows must sum to 1 (tolerance 1e-3)")
+    return name
+
+
+_SUM_RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}  # as mentored._validate, per dtype
+
+
+def check_rows(x: torch.Tensor, name: str, index=None) -> None:
+    """Finite, nonnegative rows summing to 1 (relative tolerance per dtype, as numpy's); host sync.
+
+    ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    where = index or (lambda r: f"row {r}")
+    bad = ~torch.isfinite(flat).all(-1)
+    if bool(bad.any()):
+        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad.nonzero()[0, 0]))})")
+    neg = (flat < 0).any(-1)
+    if bool(neg.any()):
+        raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
+    rtol = _SUM_RTOL.get(flat.dtype, 1e-6)
+    sums = flat.to(torch.float64).sum(-1)
+    off = (sums - 1).abs() > rtol
+    if bool(off.any()):
+        r = int(off.nonzero()[0, 0])
+        raise ValueError(
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}"
+        )
+
+
+def solve_rows(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
+    """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync."""
     p = p / p.sum(-1, keepdim=True)
     q = q / q.sum(-1, keepdim=True)
-    R = p.shape[0]
-    eps = torch.as_tensor(np.broadcast_to(np.asarray(budget, dtype=np.float64), (R,)).copy(), device=p.device)
     rows = _Rows(p, q)
-    s_hi = rows.s_max(name)
+    s_hi = rows.s_max(name, zeros)
     ok_end = rows.divergence(name, s_hi) <= eps
     lo = torch.zeros_like(s_hi)
     hi = s_hi.clone()
@@ -162,7 +264,7 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
         hi = torch.where(good, hi, mid)
     s = torch.where(ok_end, s_hi, lo)
     s = torch.where(eps <= 0, torch.zeros_like(s), s)
-    return rows.pi(s).to(target.dtype)
+    return rows.pi(s)
 
 
 def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -198,9 +300,11 @@ def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.
 
 
 def speculative_step(
-    target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None
+    target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None,
+    zeros="continue",
 ) -> torch.Tensor:
     """:func:`mentored.speculative_step` for torch tensors, computed on their device."""
+    check_zeros(zeros)
     p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor)
     device = p.device
     B, k, V = q.shape
@@ -220,5 +324,5 @@ def speculative_step(
         return bonus.clone()
     dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
     q = q.to(dtype)
-    pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel())
+    pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
     return verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)

@@ -1,0 +1,685 @@
+r"""Serving: mentored verification in vLLM v1's rejection-sampler layout (docs/serving.md).
+
+:func:`rejection_sample` takes what vLLM's ``rejection_sample`` takes, flattened over requests
+(``draft_token_ids [T]``, ``num_draft_tokens [B]``, ``draft_probs [T, V]`` or ``None``,
+``target_probs [T, V]``, ``bonus_token_ids [B, 1]``), and returns int32 ``[B, max_k + 1]`` with
+:data:`PLACEHOLDER_TOKEN_ID` (−1) after the first rejection and in unused columns. At ``budget=0`` it
+is lossless speculative sampling, decision for decision with :func:`mentored.speculative_step`
+given the same uniforms; at ``budget > 0`` every emitted token has law exactly the mentored
+verifier :math:`\pi` of its position (docs/theory.md §2, §8).
+
+:class:`Verifier` holds buffers for a decoding loop that calls this every step (numpy input).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validate import _SUM_RTOL, _floats, row_stats
+from .divergences import Divergence, divergence as _divergence
+from .speculative import check_zeros, solve_pi
+
+__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
+
+PLACEHOLDER_TOKEN_ID = -1
+_RNG = np.random.default_rng()  # unseeded requests on numpy input (torch input: torch's global RNG)
+_BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80
+
+
+def _is_torch(x) -> bool:
+    return x is not None and type(x).__module__.startswith("torch")
+
+
+class _Plan:
+    """Host-side bookkeeping of one call: who is where, and with which divergence and budget."""
+
+    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T):
+        n = np.asarray(num_draft_tokens.tolist() if hasattr(num_draft_tokens, "tolist") else num_draft_tokens, dtype=np.int64)
+        if n.ndim != 1 or n.shape[0] != B:
+            raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape {n.shape}")
+        if B and n.min() < 0:
+            raise ValueError(f"num_draft_tokens must be nonnegative, got {int(n.min())}")
+        if int(n.sum()) != T:
+            raise ValueError(f"num_draft_tokens sums to {int(n.sum())}, but draft_token_ids holds {T} tokens")
+        self.B, self.T, self.n = B, T, n
+        self.K = int(n.max()) if B else 0
+        self.starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if B else n
+        self.req = np.repeat(np.arange(B, dtype=np.int64), n)
+        self.pos = np.arange(T, dtype=np.int64) - self.starts[self.req]
+        if is_greedy is None:
+            g = np.zeros(B, dtype=bool)
+        else:
+            g = np.asarray(is_greedy.tolist() if hasattr(is_greedy, "tolist") else is_greedy, dtype=bool)
+            if g.shape != (B,):
+                raise ValueError(f"is_greedy must have shape (B,) = ({B},), got {g.shape}")
+        self.greedy = g
+        gt = g[self.req]
+        self.grd = np.flatnonzero(gt)
+        self.rnd = np.flatnonzero(~gt)
+        # divergence and budget, per request or global, then per random token
+        if isinstance(divergence, (str, Divergence)):
+            divs = [_divergence(divergence)]
+            which = np.zeros(B, dtype=np.int64)
+        else:
+            given = list(divergence)
+            if len(given) != B:
+                raise ValueError(f"divergence must be one name or one per request (B = {B}), got {len(given)}")
+            divs, which = [], np.empty(B, dtype=np.int64)
+            for b, d in enumerate(given):
+                d = _divergence(d)
+                if d not in divs:
+                    divs.append(d)
+                which[b] = divs.index(d)
+        try:
+            eps = np.asarray(budget.tolist() if hasattr(budget, "tolist") else budget, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"budget must be a number or one number per request, got {type(budget).__name__}") from None
+        if eps.ndim == 0:
+            eps = np.full(B, float(eps))
+        if eps.shape != (B,):
+            raise ValueError(f"budget must be a scalar or have one value per request (B = {B}), got shape {eps.shape}")
+        if np.any(np.isnan(eps)):
+            raise ValueError(f"budget is NaN for request {int(np.flatnonzero(np.isnan(eps))[0])}")
+        if np.any(eps < 0):
+            b = int(np.flatnonzero(eps < 0)[0])
+            raise ValueError(f"budget must be nonnegative (inf allowed), got {eps[b]!r} for request {b}")
+        self.divs = divs
+        rreq = self.req[self.rnd]
+        self.eps_rnd = eps[rreq]
+        # groups of random tokens by divergence: (Divergence, indices into rnd)
+        if len(divs) == 1:
+            self.groups = [(divs[0], None)] if self.rnd.size else []
+        else:
+            wr = which[rreq]
+            self.groups = [(d, np.flatnonzero(wr == i)) for i, d in enumerate(divs) if np.any(wr == i)]
+            if len(self.groups) == 1:
+                self.groups = [(self.groups[0][0], None)]
+
+    def where(self, t: int) -> str:
+        return f"row {t} (request {int(self.req[t])}, position {int(self.pos[t])})"
+
+
+def _check_rows_np(x: np.ndarray, name: str, plan: _Plan) -> np.ndarray:
+    a = _floats(x, name)
+    if a.ndim != 2 or a.shape[0] != plan.T:
+        raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
+    if a.shape[0] == 0:
+        return a
+    sums, lo, hi = row_stats(a)
+    bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
+    if bad.size:
+        raise ValueError(f"{name} contains NaN or infinite entries ({plan.where(int(bad[0]))})")
+    neg = np.flatnonzero(lo < 0)
+    if neg.size:
+        raise ValueError(f"{name} has negative entries ({plan.where(int(neg[0]))})")
+    rtol = _SUM_RTOL[a.dtype]
+    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
+    if off.size:
+        t = int(off[0])
+        raise ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); {plan.where(t)} sums to {float(sums[t])!r}")
+    return a
+
+
+def _check_ids(draft, bonus, V: int, B: int, T: int):
+    if tuple(draft.shape) != (T,):
+        raise ValueError(f"draft_token_ids must be flat, shape (num_tokens,) = ({T},), got {tuple(draft.shape)}")
+    if draft.shape[0]:
+        lo, hi = int(draft.min()), int(draft.max())
+        if lo < PLACEHOLDER_TOKEN_ID or hi >= V:
+            raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {V}) or be the placeholder -1, got ids from {lo} to {hi}")
+    if B:
+        lo, hi = int(bonus.min()), int(bonus.max())
+        if lo < 0 or hi >= V:
+            raise ValueError(f"bonus_token_ids must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
+
+
+# ---------------------------------------------------------------- the token-only verifier (§8)
+
+
+def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
+    r"""π_x of the verifier of a token-only drafter :math:`q = \delta_x` (docs/theory.md §8), per row.
+
+    The largest :math:`a = \pi_x \in [p_x, 1]` with
+    :math:`p_x \tilde f(a/p_x) + (1 - p_x)\,\tilde f((1 - a)/(1 - p_x)) \le \varepsilon`; the rest of
+    :math:`\pi` is :math:`(1 - a)/(1 - p_x)\cdot p_i`. Closed forms for ``tv``
+    (:math:`p_x + \varepsilon`) and ``chi2`` (:math:`p_x + \sqrt{\varepsilon p_x (1 - p_x)}`), a
+    bisection vectorised over rows otherwise. Where :math:`p_x = 0`: 0 with ``zeros="keep"`` or
+    :math:`f_\infty = \infty`, else the largest :math:`z` with :math:`\tilde f(1 - z) + \tilde f_\infty z \le \varepsilon`.
+    ``p_x`` and ``budget`` broadcast; float64 numpy in, float64 numpy out.
+    """
+    div = _divergence(divergence)
+    check_zeros(zeros)
+    px, eps = np.broadcast_arrays(np.asarray(p_x, dtype=np.float64), np.asarray(budget, dtype=np.float64))
+    px, eps = px.ravel(), eps.ravel()
+    shape = np.broadcast_shapes(np.shape(p_x), np.shape(budget))
+    return _onehot_np(px, eps, div, zeros).reshape(shape)
+
+
+def _onehot_np(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
+    f_inf = div.f_inf - div.tilt  # f̃∞
+    zero = px <= 0
+    with np.errstate(all="ignore"):
+        if div.name == "tv" and div is _divergence("tv"):
+            a = np.minimum(1.0, px + eps)
+        elif div.name == "chi2" and div is _divergence("chi2"):
+            a = np.minimum(1.0, px + np.sqrt(eps * px * (1.0 - px)))
+        else:
+            ft = div.f_tilde
+
+            def D(a):
+                pos = np.where(zero, 1.0, px)
+                t1 = np.where(zero, np.where(a > 0, a * f_inf, 0.0), pos * ft(a / pos))
+                t1 = np.where(~zero & (a / pos > 1e100), a * f_inf if np.isfinite(f_inf) else np.inf, t1)
+                rest = 1.0 - px
+                t2 = np.where(rest > 0, rest * ft((1.0 - a) / np.where(rest > 0, rest, 1.0)), 0.0)
+                return t1 + t2
+
+            lo, hi = px.copy(), np.ones_like(px)
+            top = D(hi) <= eps
+            for _ in range(_BISECT):
+                mid = 0.5 * (lo + hi)
+                good = D(mid) <= eps
+                lo = np.where(good, mid, lo)
+                hi = np.where(good, hi, mid)
+            a = np.where(top, 1.0, lo)
+    a = np.where(eps <= 0, px, np.maximum(a, px))
+    if zeros == "keep" or not np.isfinite(f_inf):
+        a = np.where(zero, 0.0, a)
+    return a
+
+
+def _onehot_torch(px, eps, div: Divergence, zeros: str):
+    import torch
+
+    from .torch_backend import _f_tilde, builtin_name
+
+    name = builtin_name(div)
+    f_inf = div.f_inf - div.tilt
+    zero = px <= 0
+    if name == "tv":
+        a = torch.clamp(px + eps, max=1.0)
+    elif name == "chi2":
+        a = torch.clamp(px + torch.sqrt(eps * px * (1.0 - px)), max=1.0)
+    else:
+
+        def D(a):
+            pos = torch.where(zero, 1.0, px)
+            ratio = a / pos
+            far = a * f_inf if np.isfinite(f_inf) else torch.where(a > 0, torch.inf, 0.0)
+            t1 = torch.where(zero | (ratio > 1e100), torch.where(a > 0, far, 0.0), pos * _f_tilde(name, torch.where(ratio > 1e100, 1.0, ratio)))
+            rest = 1.0 - px
+            t2 = torch.where(rest > 0, rest * _f_tilde(name, (1.0 - a) / torch.where(rest > 0, rest, 1.0)), 0.0)
+            return t1 + t2
+
+        lo, hi = px.clone(), torch.ones_like(px)
+        top = D(hi) <= eps
+        for _ in range(_BISECT):
+            mid = 0.5 * (lo + hi)
+            good = D(mid) <= eps
+            lo = torch.where(good, mid, lo)
+            hi = torch.where(good, hi, mid)
+        a = torch.where(top, 1.0, lo)
+    a = torch.where(eps <= 0, px, torch.maximum(a, px))
+    if zeros == "keep" or not np.isfinite(f_inf):
+        a = torch.where(zero, 0.0, a)
+    return a
+
+
+# ---------------------------------------------------------------- uniforms
+
+
+def _uniforms_np(plan: _Plan, generators):
+    u = _RNG.random((plan.T, 2))
+    for b, gen in (generators or {}).items():
+        b = int(b)
+        n = int(plan.n[b]) if 0 <= b < plan.B else 0
+        if n == 0 or plan.greedy[b]:
+            continue  # no draw for a request that needs none: its stream stays its own
+        s = int(plan.starts[b])
+        if isinstance(gen, np.random.Generator):
+            u[s : s + n] = gen.random((n, 2))
+        else:  # a torch.Generator
+            import torch
+
+            u[s : s + n] = torch.rand((n, 2), generator=gen, dtype=torch.float64, device=gen.device).cpu().numpy()
+    return u
+
+
+def _uniforms_torch(plan: _Plan, generators, device):
+    import torch
+
+    u = torch.rand((plan.T, 2), dtype=torch.float64, device=device)
+    for b, gen in (generators or {}).items():
+        b = int(b)
+        n = int(plan.n[b]) if 0 <= b < plan.B else 0
+        if n == 0 or plan.greedy[b]:
+            continue
+        s = int(plan.starts[b])
+        if isinstance(gen, np.random.Generator):
+            u[s : s + n] = torch.from_numpy(gen.random((n, 2))).to(device)
+        else:
+            u[s : s + n] = torch.rand((n, 2), generator=gen, dtype=torch.float64, device=gen.device).to(device)
+    return u
+
+
+def _given_uniforms(uniforms, T, asarray):
+    u = asarray(uniforms)
+    if tuple(u.shape) != (T, 2):
+        raise ValueError(f"uniforms must have shape (num_tokens, 2) = ({T}, 2), got {tuple(u.shape)}")
+    if not bool(((u >= 0) & (u < 1)).all()):
+        raise ValueError("uniforms must lie in [0, 1)")
+    return u
+
+
+# ---------------------------------------------------------------- the entry point
+
+
+def rejection_sample(
+    draft_token_ids,
+    num_draft_tokens,
+    draft_probs,
+    target_probs,
+    bonus_token_ids,
+    *,
+    divergence="kl",
+    budget=0.0,
+    is_greedy=None,
+    generators=None,
+    uniforms=None,
+    zeros="keep",
+    threads=None,
+    validate=True,
+):
+    r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
+
+    Request ``b`` owns the ``n_b = num_draft_tokens[b]`` consecutive rows starting at
+    :math:`\sum_{c<b} n_c` of ``draft_token_ids``, ``draft_probs`` and ``target_probs``. For each of
+    its positions, with target :math:`p`, drafter :math:`q` and drafted token :math:`x`:
+
+    - **random requests** (the default): :math:`\pi` is the mentored verifier of
+      :math:`\mathrm{MD}(f, \varepsilon)` (docs/theory.md §2); the draft is accepted iff
+      ``u0 · q_x < π_x``; at the first rejection the token at that position is drawn from
+      :math:`(\pi - q)_+` normalised (inverse CDF at ``u1``) and the row stops. Every emitted
+      token has law exactly :math:`\pi`; at ``budget=0``, :math:`\pi = p` (lossless).
+    - ``draft_probs=None`` (n-gram, EAGLE without probabilities): :math:`q = \delta_x`, never
+      materialised; :math:`\pi` is the verifier of largest :math:`\pi_x` within budget
+      (docs/theory.md §8, :func:`onehot_acceptance`); accept iff ``u0 < π_x``, else draw from
+      :math:`p` without :math:`x`, renormalised.
+    - **greedy requests** (``is_greedy[b]``): accept while :math:`x = \arg\max p` (first maximum),
+      emit the argmax at the first mismatch, as vLLM does.
+    - a **placeholder** draft (−1) is always rejected; a random request then draws its token from
+      :math:`p` (there is no draft to lean toward), a greedy one emits the argmax.
+    - all ``n_b`` accepted: ``bonus_token_ids[b]`` at column ``n_b``.
+
+    Parameters
+    ----------
+    draft_token_ids : (T,) integer array or tensor
+    num_draft_tokens : sequence of B ints (0 allowed)
+    draft_probs : (T, V) float array or tensor, or None
+    target_probs : (T, V) float array or tensor (after temperature and top-k/top-p)
+    bonus_token_ids : (B, 1) or (B,) integer array or tensor
+    divergence : str or Divergence, or one per request
+    budget : float, or one per request (float64, ≥ 0, ``inf`` allowed)
+    is_greedy : (B,) bool, optional
+    generators : dict request index → ``numpy.random.Generator`` or ``torch.Generator``, optional
+        A seeded request draws its two uniforms per position from its own generator (nothing when
+        it has no drafts or is greedy), so its output depends only on its own rows and generator.
+    uniforms : (T, 2) in [0, 1), optional
+        Column 0 decides acceptance, column 1 samples the recovered token. Overrides ``generators``.
+    zeros : {"keep", "continue"}
+        ``"keep"``: :math:`\pi_i = 0` wherever :math:`p_i = 0`, for every divergence (the target's
+        zeros are hard constraints: top-k/top-p, bad words, grammars; docs/serving.md). ``"continue"``:
+        the problem as stated, which may put mass there when :math:`f_\infty < \infty`.
+    threads : int, optional
+        Core threads over rows (numpy input).
+    validate : bool
+        Check shapes, ids and that rows are distributions (torch: a few host synchronisations).
+
+    Returns
+    -------
+    int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted.
+    """
+    check_zeros(zeros)
+    B = int(bonus_token_ids.shape[0])
+    T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
+    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T)
+    if any(_is_torch(x) for x in (target_probs, draft_probs, draft_token_ids, bonus_token_ids)):
+        return _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate)
+    return _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate)
+
+
+def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate):
+    B, T, K = plan.B, plan.T, plan.K
+    draft = np.asarray(draft_token_ids)
+    bonus = np.asarray(bonus_token_ids).reshape(-1)
+    if draft.dtype.kind not in "iu" or bonus.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, got {draft.dtype} and {bonus.dtype}")
+    p = _check_rows_np(target_probs, "target_probs", plan) if validate else np.asarray(target_probs)
+    V = p.shape[1]
+    q = None
+    if draft_probs is not None:
+        q = _check_rows_np(draft_probs, "draft_probs", plan) if validate else np.asarray(draft_probs)
+        if q.shape != p.shape:
+            raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
+        if q.dtype != p.dtype:
+            p, q = p.astype(np.float64), q.astype(np.float64)
+    if validate:
+        _check_ids(draft, bonus, V, B, T)
+    draft = draft.astype(np.int64, copy=False)
+    if uniforms is not None:
+        u = _given_uniforms(uniforms, T, lambda x: np.asarray(x, dtype=np.float64))
+    else:
+        u = _uniforms_np(plan, generators) if plan.rnd.size else None
+
+    accept = np.zeros(T, dtype=bool)
+    argmax = None
+    grd, rnd = plan.grd, plan.rnd
+    if grd.size:
+        argmax = np.full(T, -1, dtype=np.int64)
+        argmax[grd] = (p if grd.size == T else p[grd]).argmax(-1)
+        accept[grd] = draft[grd] == argmax[grd]
+    pi = px_a = None
+    if rnd.size:
+        x = draft[rnd]
+        real = x >= 0
+        xs = np.where(real, x, 0)
+        ar = np.arange(rnd.size)
+        P = p if rnd.size == T else p[rnd]
+        if q is None:
+            px = P[ar, xs].astype(np.float64)
+            px_a = np.empty(rnd.size)
+            for div, idx in plan.groups:
+                sel = slice(None) if idx is None else idx
+                px_a[sel] = _onehot_np(px[sel], plan.eps_rnd[sel], div, zeros)
+            accept[rnd] = real & (u[rnd, 0] < px_a)
+        else:
+            Q = q if rnd.size == T else q[rnd]
+            pi = np.empty(P.shape, dtype=P.dtype) if len(plan.groups) > 1 else None
+            for div, idx in plan.groups:
+                if idx is None:
+                    pi = solve_pi(P, Q, div, plan.eps_rnd, threads, zeros)
+                else:
+                    pi[idx] = solve_pi(P[idx], Q[idx], div, plan.eps_rnd[idx], threads, zeros)
+            accept[rnd] = real & (u[rnd, 0] * Q[ar, xs].astype(np.float64) < pi[ar, xs])
+
+    # the first rejection of each request
+    out = np.full((B, K + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
+    if K:
+        acc_pad = np.ones((B, K), dtype=bool)
+        acc_pad[plan.req, plan.pos] = accept
+        rej = ~acc_pad
+        has_rej = rej.any(1)
+        jstar = np.where(has_rej, rej.argmax(1), plan.n)
+        draft_pad = np.full((B, K), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
+        draft_pad[plan.req, plan.pos] = draft
+        out[:, :K] = np.where(np.arange(K)[None, :] < jstar[:, None], draft_pad, PLACEHOLDER_TOKEN_ID)
+    else:
+        has_rej = np.zeros(B, dtype=bool)
+        jstar = plan.n
+    done = np.flatnonzero(~has_rej)
+    out[done, jstar[done]] = bonus[done]
+    rb = np.flatnonzero(has_rej)
+    if rb.size:
+        ts = plan.starts[rb] + jstar[rb]
+        tok = np.empty(rb.size, dtype=np.int64)
+        g = plan.greedy[rb]
+        if np.any(g):
+            tok[g] = argmax[ts[g]]
+        r = np.flatnonzero(~g)
+        if r.size:
+            t = ts[r]
+            where_rnd = np.searchsorted(rnd, t)  # rnd is sorted
+            rows_p = p[t].astype(np.float64)
+            x = draft[t]
+            if q is None:
+                w = rows_p.copy()
+                w[np.arange(r.size)[x >= 0], x[x >= 0]] = 0.0  # p without x (placeholder: p itself)
+                fallback = rows_p
+            else:
+                fallback = pi[where_rnd].astype(np.float64)
+                w = np.maximum(fallback - q[t].astype(np.float64), 0.0)
+                ph = x < 0
+                w[ph] = rows_p[ph]  # a placeholder: no draft to lean toward, the target itself
+            tok[r] = _inverse_cdf_np(w, u[t, 1], fallback)
+        out[rb, jstar[rb]] = tok
+    return out
+
+
+def _inverse_cdf_np(w: np.ndarray, u: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Per row, the first i with Σ_{l≤i} w_l > u·Σw and w_i > 0 (as cpp/mentored/speculative.hpp)."""
+    empty = ~(w.sum(-1) > 0)
+    if np.any(empty):
+        w[empty] = fallback[empty]
+    c = np.cumsum(w, axis=-1)
+    hit = (c > (u * c[:, -1])[:, None]) & (w > 0)
+    first = hit.argmax(-1)
+    none = ~hit[np.arange(w.shape[0]), first]
+    if np.any(none):  # past the end only by rounding: the last token with mass
+        first[none] = w.shape[1] - 1 - (w[none, ::-1] > 0).argmax(-1)
+    return first
+
+
+def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate):
+    import torch
+
+    from .torch_backend import check_rows, solve_rows
+
+    B, T, K = plan.B, plan.T, plan.K
+    p = torch.as_tensor(target_probs)
+    device = p.device
+    draft = torch.as_tensor(draft_token_ids, device=device)
+    bonus = torch.as_tensor(bonus_token_ids, device=device).reshape(-1)
+    q = None if draft_probs is None else torch.as_tensor(draft_probs, device=device)
+    if p.ndim != 2 or p.shape[0] != T:
+        raise ValueError(f"target_probs must have shape (num_tokens, V) = ({T}, V), got {tuple(p.shape)}")
+    if q is not None and q.shape != p.shape:
+        raise ValueError(f"draft_probs must have the shape of target_probs {tuple(p.shape)}, got {tuple(q.shape)}")
+    V = p.shape[1]
+    if validate:
+        for name, x in (("target_probs", p), ("draft_probs", q)):
+            if x is None:
+                continue
+            if not x.dtype.is_floating_point or x.element_size() < 4:
+                raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+            if T:
+                check_rows(x, name, plan.where)
+        if draft.dtype.is_floating_point or bonus.dtype.is_floating_point:
+            raise TypeError(f"token ids must be integers, got {draft.dtype} and {bonus.dtype}")
+        _check_ids(draft, bonus, V, B, T)
+    draft = draft.to(torch.int64)
+    bonus = bonus.to(torch.int64)
+
+    def dev(a):
+        return torch.as_tensor(a, device=device)
+
+    if uniforms is not None:
+        u = _given_uniforms(uniforms, T, lambda x: torch.as_tensor(x, dtype=torch.float64, device=device))
+    else:
+        u = _uniforms_torch(plan, generators, device) if plan.rnd.size else None
+
+    accept = torch.zeros(T, dtype=torch.bool, device=device)
+    argmax = torch.full((T,), -1, dtype=torch.int64, device=device)
+    grd, rnd = plan.grd, plan.rnd
+    if grd.size:
+        gi = dev(grd)
+        argmax[gi] = (p if grd.size == T else p[gi]).argmax(-1)
+        accept[gi] = draft[gi] == argmax[gi]
+    pi64 = None
+    rows_of_rnd = None
+    if rnd.size:
+        ri = dev(rnd)
+        x = draft[ri]
+        real = x >= 0
+        xs = torch.where(real, x, 0)[:, None]
+        P = (p if rnd.size == T else p[ri]).to(torch.float64)
+        u0 = u[ri, 0]
+        if q is None:
+            px = P.gather(-1, xs)[:, 0]
+            a = torch.empty_like(px)
+            for div, idx in plan.groups:
+                sel = slice(None) if idx is None else dev(idx)
+                a[sel] = _onehot_torch(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
+            accept[ri] = real & (u0 < a)
+        else:
+            from .torch_backend import builtin_name
+
+            Q = (q if rnd.size == T else q[ri]).to(torch.float64)
+            pi64 = torch.empty_like(P)
+            for div, idx in plan.groups:
+                name = builtin_name(div)
+                if idx is None:
+                    pi64 = solve_rows(P, Q, name, dev(plan.eps_rnd), zeros)
+                else:
+                    ii = dev(idx)
+                    pi64[ii] = solve_rows(P[ii], Q[ii], name, dev(plan.eps_rnd[idx]), zeros)
+            accept[ri] = real & (u0 * Q.gather(-1, xs)[:, 0] < pi64.gather(-1, xs)[:, 0])
+        rows_of_rnd = torch.full((T,), 0, dtype=torch.int64, device=device)
+        rows_of_rnd[ri] = torch.arange(rnd.size, device=device)
+
+    out = torch.full((B, K + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
+    if B == 0:
+        return out
+    n = dev(plan.n)
+    req, pos = dev(plan.req), dev(plan.pos)
+    if K:
+        acc_pad = torch.ones((B, K), dtype=torch.bool, device=device)
+        acc_pad[req, pos] = accept
+        rej = ~acc_pad
+        has_rej = rej.any(1)
+        jstar = torch.where(has_rej, rej.to(torch.int8).argmax(1), n)
+        draft_pad = torch.full((B, K), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device)
+        draft_pad[req, pos] = draft
+        cols = torch.arange(K, device=device)
+        out[:, :K] = torch.where(cols[None, :] < jstar[:, None], draft_pad, PLACEHOLDER_TOKEN_ID).to(torch.int32)
+    else:
+        has_rej = torch.zeros(B, dtype=torch.bool, device=device)
+        jstar = n
+    # the token at column jstar: the bonus, or the recovered token of row starts + jstar (computed
+    # for every request, used where it rejected: no host synchronisation)
+    col_tok = bonus.clone()
+    if T:
+        starts = dev(plan.starts)
+        ts = (starts + torch.minimum(jstar, (n - 1).clamp(min=0))).clamp(max=T - 1)
+        rec = torch.zeros(B, dtype=torch.int64, device=device)
+        greedy = dev(plan.greedy)
+        if grd.size:
+            rec = torch.where(greedy, argmax[ts], rec)
+        if rnd.size:
+            rows_p = p[ts].to(torch.float64)
+            x = draft[ts]
+            ph = x < 0
+            if q is None:
+                w = rows_p.scatter(-1, torch.where(ph, 0, x)[:, None], 0.0)
+                w = torch.where(ph[:, None], rows_p, w)
+                fallback = rows_p
+            else:
+                fallback = pi64[rows_of_rnd[ts]]
+                w = (fallback - q[ts].to(torch.float64)).clamp(min=0)
+                w = torch.where(ph[:, None], rows_p, w)
+            rec = torch.where(greedy, rec, _inverse_cdf_torch(w, u[ts, 1], fallback))
+        col_tok = torch.where(has_rej, rec, bonus)
+    out.scatter_(1, jstar[:, None], col_tok[:, None].to(torch.int32))
+    return out
+
+
+def _inverse_cdf_torch(w, u, fallback):
+    import torch
+
+    empty = ~(w.sum(-1, keepdim=True) > 0)
+    w = torch.where(empty, fallback, w)
+    c = w.cumsum(-1)
+    hit = (c > (u[:, None] * c[:, -1:])) & (w > 0)
+    V = w.shape[-1]
+    ar = torch.arange(V, device=w.device)
+    first = torch.where(hit, ar, V).min(-1).values
+    last = torch.where(w > 0, ar, -1).max(-1).values
+    return torch.where(first < V, first, last)
+
+
+# ---------------------------------------------------------------- a reusable verifier
+
+
+class Verifier:
+    r""":func:`rejection_sample` for a decoding loop on numpy input, with buffers held between calls.
+
+    Fixed divergence, budget, zeros mode and vocabulary; dense ``draft_probs``. The fast path (no
+    greedy request, no placeholder, no generators) calls the compiled core directly: one solve into
+    a held π buffer, the acceptance test, and a residual draw for the rejected rows only. Anything
+    else falls back to :func:`rejection_sample`. Inputs are not checked on the fast path beyond
+    what the core checks (finite, nonnegative, nonzero rows; rows are normalised by the core):
+    pass ``validate=True`` to check them as :func:`rejection_sample` does.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mentored.serving import Verifier
+    >>> ver = Verifier(3, divergence="tv", budget=0.4, seed=0)
+    >>> p = np.array([[0.6, 0.4, 0.0]]); q = np.array([[0.2, 0.8, 0.0]])
+    >>> ver(np.array([1]), [1], q, p, np.array([[0]]), uniforms=np.array([[0.9, 0.5]]))
+    array([[1, 0]], dtype=int32)
+    """
+
+    def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False):
+        from ._validate import threads_arg
+
+        self.V = int(vocab_size)
+        self.div = _divergence(divergence)
+        if self.div._code is None:
+            raise ValueError("Verifier takes a built-in divergence")
+        self.budget = float(budget)
+        if not self.budget >= 0:
+            raise ValueError(f"budget must be nonnegative (inf allowed), got {budget!r}")
+        self.zeros = check_zeros(zeros)
+        self.threads = threads_arg(threads)
+        self.validate = validate
+        self.rng = np.random.default_rng(seed)
+        self._dtype = np.dtype(dtype)
+        self._alloc(int(max_tokens))
+
+    def _alloc(self, T):
+        self._cap = T
+        self._pi = np.empty((T, self.V), dtype=self._dtype)
+        self._eps = np.full(T, self.budget)
+
+    def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None):
+        from . import _core
+
+        p, q = target_probs, draft_probs
+        if (
+            self.validate or is_greedy is not None or generators or q is None
+            or type(p) is not np.ndarray or type(q) is not np.ndarray or p.dtype != self._dtype or q.dtype != self._dtype
+            or not p.flags.c_contiguous or not q.flags.c_contiguous
+        ):
+            return rejection_sample(
+                draft_token_ids, num_draft_tokens, q, p, bonus_token_ids, divergence=self.div, budget=self.budget,
+                is_greedy=is_greedy, generators=generators, uniforms=uniforms, zeros=self.zeros, threads=self.threads or None,
+            )
+        draft = draft_token_ids if draft_token_ids.dtype == np.int64 else draft_token_ids.astype(np.int64)
+        bonus_token_ids = bonus_token_ids if bonus_token_ids.dtype == np.int64 else bonus_token_ids.astype(np.int64)
+        T = p.shape[0]
+        n = num_draft_tokens if type(num_draft_tokens) is np.ndarray else np.asarray(num_draft_tokens, dtype=np.int64)
+        B = n.shape[0]
+        if T > self._cap:
+            self._alloc(T)
+        K = T // B if B else 0
+        if B == 0 or K == 0 or K * B != T or n.min() != K or draft.min() < 0:  # ragged, empty, placeholders
+            return rejection_sample(
+                draft, n, q, p, bonus_token_ids, divergence=self.div, budget=self.budget, uniforms=uniforms, zeros=self.zeros,
+                threads=self.threads or None,
+            )
+        pi, res, status = _core.solve(p, q, self.div._code, 0, self._eps[:T], self.threads, None, self._pi[:T])
+        if status.any():
+            raise ValueError(f"row {int(status.nonzero()[0][0])}: not a distribution (all zero, negative or non-finite)")
+        if self.zeros == "keep" and self.div.f_inf == np.inf:
+            pass
+        elif self.zeros == "keep" and np.isinf(res[:, 2]).any():
+            pi = solve_pi(p, q, self.div, self._eps[:T], self.threads or None, "keep")
+        u = self.rng.random((T, 2)) if uniforms is None else np.ascontiguousarray(uniforms, dtype=np.float64)
+        # every request has K drafts: the compiled accept/residual step (cpp/mentored/speculative.hpp)
+        out, status = _core.speculative_step(
+            pi.reshape(B, K, self.V), q.reshape(B, K, self.V), draft.reshape(B, K), bonus_token_ids.reshape(B),
+            u.reshape(B, K, 2), self.threads,
+        )
+        if status.any():
+            raise ValueError(f"draft_token_ids: an id outside [0, {self.V}) in request {int(status.nonzero()[0][0])}")
+        return out.astype(np.int32)

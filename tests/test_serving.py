@@ -1,0 +1,504 @@
+"""mentored.serving.rejection_sample: vLLM v1's semantics at budget 0, the law π at budget > 0, hard
+zeros, token-only drafters, seeded requests; and speculative_step's zeros= option and messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy import stats
+
+import mentored
+from mentored.oracle import oracle_solve
+from mentored.serving import Verifier, onehot_acceptance, rejection_sample
+from mentored.speculative import solve_pi
+
+torch = pytest.importorskip("torch")
+
+BACKENDS = ("numpy", "torch")
+FINITE_FINF = ("tv", "reverse_kl", "neyman_chi2", "hellinger", "js")
+
+
+def _to(backend, *xs):
+    if backend == "numpy":
+        return xs
+    return tuple(None if x is None else torch.as_tensor(x) for x in xs)
+
+
+def _np(out):
+    return out.cpu().numpy() if isinstance(out, torch.Tensor) else out
+
+
+def _rs(backend, draft, n, q, p, bonus, **kw):
+    d, qq, pp, b = _to(backend, np.asarray(draft, dtype=np.int64), q, p, np.asarray(bonus, dtype=np.int64).reshape(-1, 1))
+    out = rejection_sample(d, n, qq, pp, b, **kw)
+    assert out.dtype == (np.int32 if backend == "numpy" else torch.int32)
+    return _np(out)
+
+
+def _onehot_rows(ids, V):
+    x = np.zeros((len(ids), V))
+    x[np.arange(len(ids)), ids] = 1.0
+    return x
+
+
+# ---------------------------------------------------------------- vLLM's semantic cases, budget 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("greedy", [True, False])
+def test_perfect_match_appends_the_bonus(backend, greedy):
+    V, drafts = 10, [1, 2, 3]
+    p = _onehot_rows(drafts, V)  # the target puts everything on the drafts
+    q = p.copy()
+    out = _rs(backend, drafts, [3], None if greedy else q, p, [4], is_greedy=[greedy])
+    assert_array_equal(out, [[1, 2, 3, 4]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_early_mismatch_emits_the_target_and_stops(backend):
+    V = 10
+    p = _onehot_rows([1, 5, 3], V)  # the target disagrees at position 1
+    out = _rs(backend, [1, 2, 3], [3], None, p, [4], is_greedy=[True])
+    assert_array_equal(out, [[1, 5, -1, -1]])
+    # random request, q = one-hot drafts: position 1 has p_x = 0, always rejected, p = δ_5 emitted
+    out = _rs(backend, [1, 2, 3], [3], _onehot_rows([1, 2, 3], V), p, [4], is_greedy=[False], uniforms=np.full((3, 2), 0.5))
+    assert_array_equal(out, [[1, 5, -1, -1]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multiple_sequences_ragged_and_empty(backend):
+    V = 8
+    n = [2, 0, 3, 1, 0]
+    drafts = [1, 2, 3, 4, 5, 6]
+    targets = [1, 2, 3, 7, 5, 6]  # request 2 mismatches at its position 1
+    p = _onehot_rows(targets, V)
+    bonus = [10 % V, 1, 2, 3, 4]
+    out = _rs(backend, drafts, n, None, p, bonus, is_greedy=[True] * 5)
+    expect = np.array(
+        [
+            [1, 2, 2, -1],
+            [1, -1, -1, -1],
+            [3, 7, -1, -1],
+            [6, 3, -1, -1],
+            [4, -1, -1, -1],
+        ]
+    )
+    assert out.shape == (5, 4)
+    assert_array_equal(out, expect)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_drafts_at_all_gives_the_bonus_column(backend):
+    p = np.zeros((0, 6))
+    out = _rs(backend, np.zeros(0, dtype=np.int64), [0, 0, 0], None, p, [3, 1, 4], is_greedy=[True, False, True])
+    assert_array_equal(out, [[3], [1], [4]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_and_random_mixed(backend, rng):
+    V, n = 7, [2, 3, 1]
+    T = sum(n)
+    p = rng.dirichlet(np.ones(V), T)
+    q = rng.dirichlet(np.ones(V), T)
+    draft = p.argmax(1).copy()
+    draft[3] = (draft[3] + 1) % V  # request 1 (greedy) mismatches at position 1
+    u = rng.random((T, 2))
+    out = _rs(backend, draft, n, q, p, [0, 1, 2], is_greedy=[True, True, False], uniforms=u)
+    assert_array_equal(out[0], [draft[0], draft[1], 0, -1])
+    assert_array_equal(out[1], [draft[2], p[3].argmax(), -1, -1])
+    # the random request follows the lossless rule on its own row, with its own uniforms
+    x = draft[5]
+    if u[5, 0] * q[5, x] < p[5, x]:
+        assert_array_equal(out[2], [x, 2, -1, -1])
+    else:
+        w = np.maximum(p[5] - q[5], 0)
+        assert out[2, 0] == np.flatnonzero(np.cumsum(w) > u[5, 1] * np.cumsum(w)[-1])[0]
+        assert_array_equal(out[2, 1:], [-1, -1, -1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_budget_zero_equals_the_lossless_rule_and_speculative_step(backend, rng):
+    B, k, V = 6, 3, 9
+    P = rng.dirichlet(np.full(V, 0.5), (B, k + 1))
+    Q = rng.dirichlet(np.full(V, 0.5), (B, k))
+    draft = np.array([[rng.choice(V, p=Q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = rng.integers(0, V, (B, 1))
+    u = rng.random((B, k, 2))
+    ref = mentored.speculative_step(P, bonus, Q, draft, budget=0.0, uniforms=u)
+    out = _rs(backend, draft.ravel(), [k] * B, Q.reshape(-1, V), P[:, :k].reshape(-1, V), bonus, uniforms=u.reshape(-1, 2))
+    assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("zeros", ["keep", "continue"])
+def test_equals_speculative_step_at_positive_budget(backend, zeros, rng):
+    B, k, V = 5, 2, 12
+    P = rng.dirichlet(np.full(V, 0.4), (B, k + 1))
+    P[:, :, :3] = 0  # hard zeros
+    P /= P.sum(-1, keepdims=True)
+    Q = rng.dirichlet(np.full(V, 0.4), (B, k))
+    draft = np.array([[rng.choice(V, p=Q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = rng.integers(3, V, (B, 1))
+    u = rng.random((B, k, 2))
+    for div in ("tv", "kl", "hellinger"):
+        ref = mentored.speculative_step(P, bonus, Q, draft, divergence=div, budget=0.3, uniforms=u, zeros=zeros)
+        out = _rs(backend, draft.ravel(), [k] * B, Q.reshape(-1, V), P[:, :k].reshape(-1, V), bonus, uniforms=u.reshape(-1, 2), divergence=div, budget=0.3, zeros=zeros)
+        assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_placeholder_drafts(backend, rng):
+    V = 6
+    p = rng.dirichlet(np.ones(V), 4)
+    q = rng.dirichlet(np.ones(V), 4)
+    draft = [p[0].argmax(), -1, 2, -1]
+    n = [2, 2]
+    u = np.full((4, 2), 0.3)
+    # greedy: the placeholder never equals the argmax, which is emitted there
+    out = _rs(backend, draft, n, q, p, [0, 0], is_greedy=[True, True], uniforms=u)
+    assert_array_equal(out[0], [draft[0], p[1].argmax(), -1])
+    # random: rejected, and the token comes from p itself (inverse CDF at u1)
+    out = _rs(backend, draft, n, q, p, [0, 0], is_greedy=[False, False], uniforms=np.array([[0.0, 0.3], [0.0, 0.3], [0.99, 0.3], [0.0, 0.3]]))
+    assert out[0, 0] == draft[0] and out[0, 1] == np.flatnonzero(np.cumsum(p[1]) > 0.3 * np.cumsum(p[1])[-1])[0]
+    assert out[0, 2] == -1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_top_k_and_top_p_masks_are_never_emitted_at_budget_zero(backend, rng):
+    V, N = 20, 3000
+    logits = rng.normal(size=V)
+    p = np.exp(logits) / np.exp(logits).sum()
+    topk = np.argsort(p)[::-1][:5]
+    pk = np.zeros(V)
+    pk[topk] = p[topk]
+    pk /= pk.sum()
+    q = rng.dirichlet(np.ones(V))
+    draft = rng.choice(V, size=N, p=q)
+    out = _rs(backend, draft, [1] * N, np.tile(q, (N, 1)), np.tile(pk, (N, 1)), np.full(N, topk[0]))
+    assert np.all(pk[out[:, 0]] > 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_emitted_law_at_budget_zero_is_the_target(backend, rng):
+    V, N = 8, 10_000
+    p = rng.dirichlet(np.ones(V))
+    q = rng.dirichlet(np.ones(V))
+    draft = rng.choice(V, size=N, p=q)
+    gens = {b: np.random.default_rng(b) for b in range(N)} if backend == "numpy" else None
+    out = _rs(backend, draft, [1] * N, np.tile(q, (N, 1)), np.tile(p, (N, 1)), np.zeros(N), generators=gens, uniforms=None if gens else np.random.default_rng(5).random((N, 2)))
+    counts = np.bincount(out[:, 0], minlength=V)
+    assert stats.chisquare(counts, N * p).pvalue > 1e-4
+
+
+# ---------------------------------------------------------------- the law π at budget > 0
+
+
+def _law_check(counts, pi, n):
+    keep = pi > 0
+    assert counts[~keep].sum() == 0
+    assert stats.chisquare(counts[keep], n * pi[keep] / pi[keep].sum()).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("zeros", ["keep", "continue"])
+def test_emitted_law_is_pi_at_each_position(backend, zeros, rng):
+    V, N, k, div, eps = 7, 10_000, 2, "hellinger", 0.5
+    p = rng.dirichlet(np.ones(V), k)
+    p[:, 0] = 0  # a zero the drafter likes: "continue" moves mass there, "keep" does not
+    p /= p.sum(-1, keepdims=True)
+    q = rng.dirichlet(np.ones(V), k)
+    q[:, 0] += 0.3
+    q /= q.sum(-1, keepdims=True)
+    pi = solve_pi(p, q, mentored.divergence(div), np.full(k, eps), None, zeros)
+    draws = np.random.default_rng(3)
+    draft = np.stack([draws.choice(V, size=N, p=q[j]) for j in range(k)], 1).ravel()
+    u = draws.random((N * k, 2))
+    out = _rs(backend, draft, [k] * N, np.tile(q, (N, 1)), np.tile(p, (N, 1)), np.zeros(N), divergence=div, budget=eps, zeros=zeros, uniforms=u)
+    if zeros == "continue":
+        assert pi[:, 0].min() > 0.01
+    for j in range(k):
+        reached = out[:, j] >= 0  # position j is reached iff every earlier draft was accepted
+        _law_check(np.bincount(out[reached, j], minlength=V), pi[j], int(reached.sum()))
+    acc = np.minimum(pi[0], q[0]).sum()
+    assert abs((out[:, 1] >= 0).mean() - acc) < 5 * np.sqrt(acc * (1 - acc) / N)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("div", ["kl", "tv", "js"])
+def test_token_only_drafter_law_is_the_onehot_verifier(backend, div, rng):
+    V, N, eps = 6, 20_000, 0.1
+    p = rng.dirichlet(np.ones(V))
+    x = int(np.argsort(p)[1])  # a token the target does not favour
+    pi = mentored.solve(p, _onehot_rows([x], V)[0], divergence=div, budget=eps).pi
+    u = np.random.default_rng(4).random((N, 2))
+    out = _rs(backend, np.full(N, x), [1] * N, None, np.tile(p, (N, 1)), np.zeros(N), divergence=div, budget=eps, uniforms=u)
+    _law_check(np.bincount(out[:, 0], minlength=V), pi, N)
+    assert abs((out[:, 1] >= 0).mean() - pi[x]) < 5 * np.sqrt(pi[x] * (1 - pi[x]) / N)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("div", FINITE_FINF)
+def test_keep_never_emits_a_masked_token(backend, div, rng):
+    V, N = 30, 2000
+    logits = rng.normal(size=(N, V)) * 2
+    p = np.exp(logits)
+    kth = np.sort(p, 1)[:, -5][:, None]
+    p = np.where(p >= kth, p, 0.0)  # top-5
+    p /= p.sum(1, keepdims=True)
+    q = rng.dirichlet(np.full(V, 0.3), N)
+    draft = np.array([rng.choice(V, p=r) for r in q])
+    out = _rs(backend, draft, [1] * N, q, p, p.argmax(1), divergence=div, budget=0.2, zeros="keep")
+    assert np.all(p[np.arange(N), out[:, 0]] > 0)
+    cont = _rs(backend, draft, [1] * N, q, p, p.argmax(1), divergence=div, budget=0.2, zeros="continue")
+    assert np.sum(p[np.arange(N), cont[:, 0]] == 0) > 20  # the problem as stated does use them
+    one = _rs(backend, draft, [1] * N, None, p, p.argmax(1), divergence=div, budget=0.2, zeros="keep")
+    assert np.all(p[np.arange(N), one[:, 0]] > 0)
+
+
+# ---------------------------------------------------------------- the verifiers themselves
+
+
+@pytest.mark.parametrize("div", mentored.BUILTIN_NAMES)
+def test_keep_is_the_optimum_with_hard_zeros(div, rng):
+    for _ in range(3):
+        V = 8
+        p = rng.dirichlet(np.ones(V))
+        p[rng.choice(V, 2, replace=False)] = 0
+        p /= p.sum()
+        q = rng.dirichlet(np.ones(V))
+        S = p > 0
+        for eps in (0.02, 0.3, np.inf):
+            pi = solve_pi(p[None], q[None], mentored.divergence(div), np.array([eps]), None, "keep")[0]
+            assert np.all(pi[~S] == 0) and abs(pi.sum() - 1) < 1e-12
+            assert mentored.divergence(div)(pi, p) <= min(eps, 1e300) * (1 + 1e-9) + 1e-12
+            acc = np.minimum(pi, q).sum()
+            assert acc <= 1 - q[~S].sum() + 1e-12  # TargetZeros.v : infinite_finf_bound
+            if np.isfinite(eps):
+                o = oracle_solve(p[S], q[S], div, eps)  # the problem on supp(p): π = 0 on Z
+                assert o.usable(eps)
+                assert acc >= o.acceptance - 1e-6
+
+
+@pytest.mark.parametrize("div", mentored.BUILTIN_NAMES)
+def test_onehot_verifier_equals_solve_and_oracle(div, rng):
+    V = 7
+    for trial in range(4):
+        p = rng.dirichlet(np.ones(V))
+        x = int(rng.integers(V))
+        for eps in (0.0, 0.01, 0.2, 2.0):
+            a = float(onehot_acceptance(p[x], eps, div))
+            sol = mentored.solve(p, _onehot_rows([x], V)[0], divergence=div, budget=eps)
+            assert_allclose(a, sol.pi[x], rtol=1e-9, atol=1e-12)
+            if trial == 0 and 0 < eps < 1:
+                o = oracle_solve(p, _onehot_rows([x], V)[0], div, eps)
+                assert o.usable(eps) and a >= o.acceptance - 1e-6
+    # closed forms (docs/theory.md §8)
+    px = np.array([0.1, 0.5, 0.9])
+    assert_allclose(onehot_acceptance(px, 0.05, "tv"), np.minimum(1, px + 0.05))
+    assert_allclose(onehot_acceptance(px, 0.05, "chi2"), np.minimum(1, px + np.sqrt(0.05 * px * (1 - px))))
+
+
+def test_onehot_where_the_target_is_zero():
+    # keep, or f∞ = ∞: always rejected; continue with f∞ < ∞: the largest z with f̃(1 − z) + f̃∞ z ≤ ε
+    for div in mentored.BUILTIN_NAMES:
+        assert onehot_acceptance(0.0, 0.3, div, zeros="keep") == 0.0
+    assert onehot_acceptance(0.0, 0.3, "kl", zeros="continue") == 0.0
+    assert_allclose(onehot_acceptance(0.0, 0.3, "tv", zeros="continue"), 0.3)
+    p = np.array([0.0, 0.5, 0.5])
+    for div in FINITE_FINF:
+        sol = mentored.solve(p, [1.0, 0.0, 0.0], divergence=div, budget=0.2)
+        assert_allclose(onehot_acceptance(0.0, 0.2, div, zeros="continue"), sol.pi[0], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("div", ["kl", "hellinger", "tv"])
+def test_torch_onehot_equals_numpy(div, rng):
+    px = np.concatenate([rng.random(50), [0.0, 1.0, 1e-300]])
+    eps = rng.random(px.size) * 0.3
+    a_np = onehot_acceptance(px, eps, div)
+    from mentored.serving import _onehot_torch
+
+    a_t = _onehot_torch(torch.as_tensor(px), torch.as_tensor(eps), mentored.divergence(div), "keep").numpy()
+    assert_allclose(a_t, a_np, rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------- seeds, per request and divergence
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("gen_kind", ["numpy", "torch"])
+def test_seeded_request_is_independent_of_the_batch(backend, gen_kind, rng):
+    V = 9
+
+    def gen(seed):
+        if gen_kind == "numpy":
+            return np.random.default_rng(seed)
+        g = torch.Generator()
+        g.manual_seed(seed)
+        return g
+
+    def rows(m):
+        p = rng.dirichlet(np.full(V, 0.5), m)
+        q = rng.dirichlet(np.full(V, 0.5), m)
+        return p, q, np.array([rng.choice(V, p=r) for r in q])
+
+    me = rows(4)
+    for trial in range(10):
+        alone = _rs(backend, me[2], [4], me[1], me[0], [7], budget=0.1, generators={0: gen(trial)})
+        others = [rows(int(m)) for m in rng.integers(0, 4, size=3)]
+        where = int(rng.integers(4))
+        batch = others[:where] + [me] + others[where:]
+        p = np.concatenate([b[0] for b in batch])
+        q = np.concatenate([b[1] for b in batch])
+        d = np.concatenate([b[2] for b in batch])
+        n = [len(b[2]) for b in batch]
+        gens = {where: gen(trial), (where + 1) % 4: gen(999)}
+        out = _rs(backend, d, n, q, p, [7] * 4, budget=[0.1] * 4, generators=gens, is_greedy=[False] * 4)
+        assert_array_equal(out[where, :5], alone[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_request_divergence_and_budget(backend, rng):
+    V, n = 8, [2, 2, 2]
+    p = rng.dirichlet(np.ones(V), 6)
+    q = rng.dirichlet(np.ones(V), 6)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    u = rng.random((6, 2))
+    out = _rs(backend, d, n, q, p, [1, 2, 3], divergence=["tv", "kl", "js"], budget=[0.1, 0.0, 0.3], uniforms=u)
+    for b, (div, eps) in enumerate([("tv", 0.1), ("kl", 0.0), ("js", 0.3)]):
+        alone = _rs(backend, d[2 * b : 2 * b + 2], [2], q[2 * b : 2 * b + 2], p[2 * b : 2 * b + 2], [b + 1], divergence=div, budget=eps, uniforms=u[2 * b : 2 * b + 2])
+        assert_array_equal(out[b], alone[0])
+
+
+def test_numpy_and_torch_agree_on_a_mixed_batch(rng):
+    V, n = 11, [3, 0, 2, 4, 1]
+    T = sum(n)
+    p = rng.dirichlet(np.full(V, 0.3), T)
+    p[:, :2] = 0
+    p /= p.sum(1, keepdims=True)
+    q = rng.dirichlet(np.full(V, 0.3), T)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    d[4] = -1
+    u = rng.random((T, 2))
+    kw = dict(divergence=["hellinger", "kl", "tv", "js", "reverse_kl"], budget=[0.2, 0.1, 0.3, 0.05, 0.4], is_greedy=[False, True, False, False, True], uniforms=u)
+    for zeros in ("keep", "continue"):
+        for qq in (q, None):
+            a = _rs("numpy", d, n, qq, p, [0, 1, 2, 3, 4], zeros=zeros, **kw)
+            b = _rs("torch", d, n, qq, p, [0, 1, 2, 3, 4], zeros=zeros, **kw)
+            assert_array_equal(a, b)
+
+
+def test_verifier_equals_rejection_sample(rng):
+    V, B, k = 50, 4, 3
+    ver = Verifier(V, divergence="js", budget=0.2, zeros="keep", dtype=np.float64)
+    for _ in range(5):
+        p = rng.dirichlet(np.full(V, 0.2), B * k)
+        p[:, :10] = 0
+        p /= p.sum(1, keepdims=True)
+        q = rng.dirichlet(np.full(V, 0.2), B * k)
+        d = np.array([rng.choice(V, p=r) for r in q])
+        u = rng.random((B * k, 2))
+        bonus = rng.integers(10, V, (B, 1))
+        assert_array_equal(ver(d, [k] * B, q, p, bonus, uniforms=u), rejection_sample(d, [k] * B, q, p, bonus, divergence="js", budget=0.2, uniforms=u))
+
+
+def test_inputs_are_checked():
+    p = np.full((2, 4), 0.25)
+    ok = dict(draft_token_ids=np.array([1, 2]), num_draft_tokens=[2], draft_probs=p, target_probs=p, bonus_token_ids=np.array([[0]]))
+    with pytest.raises(ValueError, match="sums to 3"):
+        rejection_sample(**{**ok, "num_draft_tokens": [3]})
+    with pytest.raises(ValueError, match=r"request 0, position 1"):
+        rejection_sample(**{**ok, "target_probs": np.array([[0.25] * 4, [0.3] * 4])})
+    with pytest.raises(ValueError, match="placeholder"):
+        rejection_sample(**{**ok, "draft_token_ids": np.array([1, -2])})
+    with pytest.raises(ValueError, match="zeros"):
+        rejection_sample(**ok, zeros="drop")
+    with pytest.raises(ValueError, match="nonnegative"):
+        rejection_sample(**ok, budget=-1)
+
+
+# ---------------------------------------------------------------- issue 18: torch extremes and messages
+
+
+def test_torch_solve_on_denormal_rows():
+    from mentored import torch_backend as tb
+
+    p = torch.tensor([[0.6, 0.4, 1e-310]], dtype=torch.float64)
+    q = torch.tensor([[1e-310, 0.5, 0.5]], dtype=torch.float64)
+    assert_array_equal(tb.solve(p, q, divergence="tv", budget=float("inf")).numpy(), [[1e-310, 0.5, 0.5]])
+    # kl at 0.05: on the curve π = (0.5 − z, 0.5, z) past s = 0.1, with D(z) = 0.05 (stable logs)
+    pi = tb.solve(p, q, divergence="kl", budget=0.05).numpy()[0]
+    assert np.all(np.isfinite(pi)) and abs(pi.sum() - 1) < 1e-15
+
+    def D(z):
+        a = 0.5 - z
+        return a * np.log(a / 0.6) + 0.5 * np.log(1.25) + z * (np.log(z) - np.log(1e-310))
+
+    lo, hi = 1e-12, 0.4
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if D(mid) <= 0.05 else (lo, mid)
+    assert_allclose(pi, [0.5 - lo, 0.5, lo], rtol=1e-9)
+    for div in mentored.BUILTIN_NAMES:
+        for eps in (0.01, 0.05, 0.3, float("inf")):
+            pi = tb.solve(p, q, divergence=div, budget=eps).numpy()[0]
+            assert np.all(np.isfinite(pi)) and np.all(pi >= 0) and abs(pi.sum() - 1) < 1e-15, (div, eps, pi)
+            assert np.all(pi >= np.minimum(p.numpy()[0], q.numpy()[0]) * (1 - 1e-12))  # between p and q
+            assert np.all(pi <= np.maximum(p.numpy()[0], q.numpy()[0]) * (1 + 1e-12))
+
+
+def test_speculative_step_messages():
+    P = np.full((2, 3, 4), 0.25)
+    Q = np.full((2, 2, 4), 0.25)
+    draft = np.zeros((2, 2), dtype=np.int64)
+    bonus = np.zeros((2, 1), dtype=np.int64)
+    bad = Q.copy()
+    bad[1, 1] = [0.3, 0.3, 0.3, 0.3]
+    for lib in (np.asarray, torch.as_tensor):
+        with pytest.raises(ValueError, match=r"\(b, j\) = \(1, 1\)") as e:
+            mentored.speculative_step(lib(P), lib(bonus), lib(bad), lib(draft))
+        assert "normalize" not in str(e.value)
+        nan_bonus = P.copy()
+        nan_bonus[0, 2, 0] = np.nan
+        with pytest.raises(ValueError, match=r"NaN.*\(b, j\) = \(0, 2\)"):
+            mentored.speculative_step(lib(nan_bonus), lib(bonus), lib(Q), lib(draft))
+        neg_bonus = P.copy()
+        neg_bonus[1, 2] = [0.5, 0.5, 0.5, -0.5]
+        with pytest.raises(ValueError, match=r"negative.*\(b, j\) = \(1, 2\)"):
+            mentored.speculative_step(lib(neg_bonus), lib(bonus), lib(Q), lib(draft))
+        off = P.copy()
+        off[0, 1] = [0.25, 0.25, 0.25, 0.25 + 5e-4]
+        with pytest.raises(ValueError, match="tolerance 1e-06"):
+            mentored.speculative_step(lib(off), lib(bonus), lib(Q), lib(draft))
+        with pytest.raises(ValueError, match=r"nonnegative.*-1\.0") as e:
+            mentored.speculative_step(lib(P), lib(bonus), lib(Q), lib(draft), budget=-1)
+        assert "NaN" not in str(e.value)
+
+
+@pytest.mark.parametrize("div", FINITE_FINF)
+def test_speculative_step_keep_zeros(div, rng):
+    B, k, V = 200, 1, 12
+    P = rng.dirichlet(np.ones(V), (B, k + 1))
+    P[:, :, :4] = 0
+    P /= P.sum(-1, keepdims=True)
+    Q = rng.dirichlet(np.ones(V), (B, k))
+    draft = np.array([[rng.choice(V, p=Q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = np.full((B, 1), 5)
+    out = mentored.speculative_step(P, bonus, Q, draft, divergence=div, budget=0.3, seed=1, zeros="keep")
+    assert np.all(P[np.arange(B), 0, out[:, 0]] > 0)
+    out_t = mentored.speculative_step(*(torch.as_tensor(x) for x in (P, bonus, Q, draft)), divergence=div, budget=0.3, uniforms=np.random.default_rng(1).random((B, k, 2)), zeros="keep")
+    out_n = mentored.speculative_step(P, bonus, Q, draft, divergence=div, budget=0.3, uniforms=np.random.default_rng(1).random((B, k, 2)), zeros="keep")
+    assert_array_equal(out_t.numpy(), out_n)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: the device path is written device-agnostic and tested on CPU")
+def test_cuda_equals_cpu(rng):
+    V, n = 64, [2, 3, 0, 1]
+    T = sum(n)
+    p = rng.dirichlet(np.full(V, 0.3), T)
+    q = rng.dirichlet(np.full(V, 0.3), T)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    u = rng.random((T, 2))
+    cpu = _rs("torch", d, n, q, p, [0, 1, 2, 3], budget=0.2, uniforms=u)
+    dev = rejection_sample(*(torch.as_tensor(x).cuda() for x in (d,)), n, torch.as_tensor(q).cuda(), torch.as_tensor(p).cuda(), torch.tensor([[0], [1], [2], [3]]).cuda(), budget=0.2, uniforms=u)
+    assert_array_equal(dev.cpu().numpy(), cpu)
