@@ -26,6 +26,9 @@ namespace {
 template <class T>
 using carray = py::array_t<T, py::array::c_style>;
 
+// Budgets of MentoredPath.frontier solved between two checks for signals (O(log n) each).
+constexpr std::size_t kFrontierChunk = 1 << 12;  // a few µs each: ~15 ms
+
 Generator generator(int code) {
   if (code < 0 || code >= kGeneratorCount) throw std::invalid_argument("unknown divergence code " + std::to_string(code));
   return static_cast<Generator>(code);
@@ -53,39 +56,74 @@ const double* row_sums_arg(const py::object& sums, std::size_t rows, carray<doub
   return holder.data();
 }
 
-// out= of the batched solvers: None (a new array), or a (B, n) C-contiguous array of T that
-// receives π, taken as it is (a cast would make a copy, and π would land in the copy).
-template <class T>
-carray<T> out_arg(const py::object& out, std::size_t rows, std::size_t n) {
-  if (out.is_none()) return carray<T>({rows, n});
-  if (!py::isinstance<carray<T>>(out)) throw std::invalid_argument("out must be a C-contiguous array of the inputs' dtype");
-  auto pi = py::reinterpret_borrow<carray<T>>(out);
+// out= of the batched solvers: None (a new array), or a (B, n) C-contiguous array of U that
+// receives π, taken as it is (a cast would make a copy, and π would land in the copy). It may not
+// share memory with the inputs: π is written while they are read.
+template <class U, class T>
+carray<U> out_arg(const py::object& out, std::size_t rows, std::size_t n, const carray<T>& p, const carray<T>& q) {
+  if (out.is_none()) return carray<U>({rows, n});
+  if (!py::isinstance<carray<U>>(out)) throw std::invalid_argument("out must be a C-contiguous array of the output dtype");
+  auto pi = py::reinterpret_borrow<carray<U>>(out);
   if (pi.ndim() != 2 || static_cast<std::size_t>(pi.shape(0)) != rows || static_cast<std::size_t>(pi.shape(1)) != n ||
       !pi.writeable())
-    throw std::invalid_argument("out must be a writeable C-contiguous (B, n) array of the inputs' dtype");
+    throw std::invalid_argument("out must be a writeable C-contiguous (B, n) array of the output dtype");
+  const auto* lo = reinterpret_cast<const char*>(pi.data());
+  const auto* hi = lo + rows * n * sizeof(U);
+  for (const auto* x : {reinterpret_cast<const char*>(p.data()), reinterpret_cast<const char*>(q.data())}) {
+    if (rows * n > 0 && x < hi && lo < x + rows * n * sizeof(T))
+      throw std::invalid_argument("out shares memory with the target or the draft; pass a separate array");
+  }
   return pi;
 }
 
+// Rows per chunk of a batched call: per thread, at most 2²⁰ tokens and at most 256 rows (a row
+// costs about 10 ns a token and some 50 µs of its own), a few tens of ms, between which the GIL is
+// taken back to check for signals (Ctrl-C); every thread's buffers are trimmed at the end. Rows are
+// independent: the results are those of one pass, bit for bit.
+inline std::size_t chunk_rows(std::size_t rows, std::size_t n, int nt) {
+  const std::size_t by_tokens = (std::size_t{1} << 20) / std::max<std::size_t>(n, 1);
+  const std::size_t per_thread = std::max<std::size_t>(1, std::min<std::size_t>(by_tokens, 256));
+  return std::min(rows, per_thread * static_cast<std::size_t>(nt));
+}
+
 // Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)); sums, out: above.
-template <class T>
+// U: the type of π (T, or float for float64 rows whose output is float32).
+template <class T, class U = T>
 py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums,
                 py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
   carray<double> holder;
   const double* ss = row_sums_arg(sums, rows, holder);
   const BuiltinF f(generator(code));
-  carray<T> pi = out_arg<T>(out, rows, n);
+  carray<U> pi = out_arg<U>(out, rows, n, p, q);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
-  {
-    const T* pp = p.data();
-    const T* qq = q.data();
-    const double* vv = values.data();
-    T* out = pi.mutable_data();
-    double* res = results.mutable_data();
-    int* st = status.mutable_data();
-    py::gil_scoped_release release;
-    solve_batch(pp, qq, rows, n, f, static_cast<Mode>(mode), vv, threads, out, res, st, ss);
+  const T* pp = p.data();
+  const T* qq = q.data();
+  const double* vv = values.data();
+  U* o = pi.mutable_data();
+  double* res = results.mutable_data();
+  int* st = status.mutable_data();
+  const int nt = batch_threads(threads, rows, n);
+  const std::size_t chunk = chunk_rows(rows, n, nt);
+  for (std::size_t r0 = 0; r0 < rows; r0 += chunk) {
+    const std::size_t len = std::min(chunk, rows - r0);
+    const bool last = r0 + len >= rows;
+    {
+      py::gil_scoped_release release;
+      solve_batch(pp + r0 * n, qq + r0 * n, len, n, f, static_cast<Mode>(mode), vv + r0, nt, o + r0 * n,
+                  res + r0 * kRowFields, st + r0, ss ? ss + 2 * r0 : nullptr, last);
+    }
+    if (!last && PyErr_CheckSignals() != 0) {
+      {  // Interrupted: the threads' buffers are trimmed as a finished call leaves them.
+        py::error_already_set pending;  // fetched with the GIL held
+        {
+          py::gil_scoped_release release;
+          solve_batch(pp, qq, 0, n, f, static_cast<Mode>(mode), vv, nt, o, res, st, ss, true);
+        }
+        throw pending;
+      }
+    }
   }
   return py::make_tuple(pi, results, status);
 }
@@ -191,13 +229,13 @@ void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Tabl
 
 // Batched solve for a user generator: the one-shot solver of the built-ins, rows in sequence
 // (the callables need the GIL); f is evaluated a bucket at a time through `vec`.
-template <class T>
+template <class T, class U = T>
 py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
                        carray<double> values, py::object sums, py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
   carray<double> holder;
   const double* ss = row_sums_arg(sums, rows, holder);
-  carray<T> pi = out_arg<T>(out, rows, n);
+  carray<U> pi = out_arg<U>(out, rows, n, p, q);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
   const PyF f{scalar, f_inf, vec};
@@ -209,6 +247,7 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
                                 pi.mutable_data() + o, r, ss ? ss[2 * b] : kNaN, ss ? ss[2 * b + 1] : kNaN);
     status.mutable_data()[b] = static_cast<int>(st);
     r.store(results.mutable_data() + b * kRowFields);
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the GIL is held: every row
   }
   return py::make_tuple(pi, results, status);
 }
@@ -284,36 +323,47 @@ class PyPath {
     return path_.divergence(tab, PyF{scalar, tab.f_inf}, path_.at(s));
   }
 
-  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets) const {
-    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false);  // the callable needs the GIL
+  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets, bool acceptance) const {
+    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance);  // the callable needs the GIL
   }
 
   double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
 
   double divergence_at(int code, double s) const { return path_.divergence(table(code), BuiltinF(generator(code)), path_.at(s)); }
 
-  // s, t_lo, t_hi, D for each budget; the table is built once.
-  carray<double> frontier(int code, carray<double> budgets) const {
-    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true);
+  // s, t_lo, t_hi, D (and with acceptance, Σ min(π, q)) for each budget; the table is built once.
+  carray<double> frontier(int code, carray<double> budgets, bool acceptance) const {
+    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true, acceptance);
   }
+
+  // Σ min(π(s)_i, q_i) in O(log n), accurate however small (Path::acceptance).
+  double acceptance_at(double s) const { return path_.acceptance(path_.at(s)); }
 
  private:
   template <class F>
-  carray<double> frontier_of(const Table& tab, const F& f, carray<double> budgets, bool release_gil) const {
+  carray<double> frontier_of(const Table& tab, const F& f, carray<double> budgets, bool release_gil,
+                             bool acceptance) const {
     const auto k = static_cast<std::size_t>(budgets.size());
-    carray<double> out({k, static_cast<std::size_t>(4)});
+    const std::size_t w = acceptance ? 5 : 4;
+    carray<double> out({k, w});
     const double* b = budgets.data();
     double* o = out.mutable_data();
-    {
-      std::optional<py::gil_scoped_release> release;  // reacquired before `out` is touched again
-      if (release_gil) release.emplace();
-      for (std::size_t i = 0; i < k; ++i) {
-        const Point x = path_.solve_budget(tab, f, b[i]);
-        o[4 * i + 0] = x.s;
-        o[4 * i + 1] = x.t_lo;
-        o[4 * i + 2] = x.t_hi;
-        o[4 * i + 3] = path_.divergence(tab, f, x);
+    for (std::size_t i0 = 0; i0 < k; i0 += kFrontierChunk) {
+      const std::size_t i1 = std::min(k, i0 + kFrontierChunk);
+      {
+        std::optional<py::gil_scoped_release> release;  // reacquired before `out` is touched again
+        if (release_gil) release.emplace();
+        for (std::size_t i = i0; i < i1; ++i) {
+          const Point x = path_.solve_budget(tab, f, b[i]);
+          o[w * i + 0] = x.s;
+          o[w * i + 1] = x.t_lo;
+          o[w * i + 2] = x.t_hi;
+          o[w * i + 3] = path_.divergence(tab, f, x);
+          if (acceptance) o[w * i + 4] = path_.acceptance(x);
+        }
       }
+      // Between chunks, with the GIL: a pending signal (Ctrl-C) raises here, not after all budgets.
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     return out;
   }
@@ -341,6 +391,14 @@ PYBIND11_MODULE(_core, m) {
         py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
+  // float64 rows whose π is float32 (a float32 target with a float64 draft): rounded toward p.
+  m.def("solve_to_float32", &solve<double, float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
+        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
+  m.def("solve_custom_to_float32", &solve_custom<double, float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("out") = py::none());
+  // Test hook: bytes held by the calling thread's solver buffers (those sized by the row).
+  m.def("_workspace_bytes", []() { return thread_workspace().token_bytes(); });
   m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
         py::arg("out") = py::none());
@@ -382,7 +440,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<PyPath>(m, "Path")
       .def(py::init<carray<double>, carray<double>>(), py::arg("target"), py::arg("draft"))
       .def_property_readonly("n", [](const PyPath& x) { return x.path().size(); })
-      .def_property_readonly("tv", [](const PyPath& x) { return x.path().tv(); })
+      // Clamped to [0, 1]: the sums of a disjoint row can give 1 + 2⁻⁵² (then acceptance(0) < 0).
+      .def_property_readonly("tv", [](const PyPath& x) { return std::min(std::max(x.path().tv(), 0.0), 1.0); })
       .def_property_readonly("d_up", [](const PyPath& x) { return x.path().d_up(); })
       .def_property_readonly("q0", [](const PyPath& x) { return x.path().q0(); })
       .def_property_readonly("s_end", [](const PyPath& x) { return x.path().s_end(); })
@@ -390,9 +449,11 @@ PYBIND11_MODULE(_core, m) {
       .def("pi", &PyPath::pi, py::arg("s"))
       .def("s_max", &PyPath::s_max, py::arg("code"))
       .def("divergence_at", &PyPath::divergence_at, py::arg("code"), py::arg("s"))
-      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"))
+      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false)
+      .def("acceptance_at", &PyPath::acceptance_at, py::arg("s"))
       .def("s_max_for", &PyPath::s_max_for, py::arg("f_inf"))
       .def("table_custom", &PyPath::table_custom, py::arg("f_vec"), py::arg("f_inf"))
       .def("divergence_custom", &PyPath::divergence_custom, py::arg("table"), py::arg("f_scalar"), py::arg("s"))
-      .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"));
+      .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"),
+           py::arg("acceptance") = false);
 }

@@ -26,14 +26,17 @@ class Solution:
     pi : ndarray
         :math:`\pi`, same shape and dtype as ``target``.
     acceptance : float or ndarray
-        :math:`A(\pi) = \sum_i \min(\pi_i, q_i) = 1 - \mathrm{TV}(p, q) + s`.
+        :math:`A(\pi) = \sum_i \min(\pi_i, q_i) = 1 - \mathrm{TV}(p, q) + s`, summed (compensated)
+        over :math:`\pi` rather than taken from the difference, which cancels when it is small; for
+        a float32 :math:`\pi`, over the float64 :math:`\pi` it rounds (docs/reliability.md).
     divergence : float or ndarray
         :math:`D_f(\pi\|p)`.
     s : float or ndarray
         :math:`\mathrm{TV}(\pi, p)`, the position on the curve.
     t_lo, t_hi : float or ndarray
         Thresholds of :math:`\pi_i = p_i\,\mathrm{clip}(q_i/p_i, t_{lo}, t_{hi})`; ``t_hi = inf`` once
-        the curve continues onto tokens with :math:`p_i = 0`.
+        the curve continues onto tokens with :math:`p_i = 0`, and where :math:`t_{hi}` passes DBL_MAX
+        (a denormal :math:`p_i` with :math:`q_i/p_i` beyond it, clipped all the same).
     lam, mu : float or ndarray
         Dual parameters :math:`\lambda = 1/(f'(t_{hi}) - f'(t_{lo}))`, :math:`\mu = -\lambda f'(t_{lo})`
         (docs/theory.md §4); ``lam = 0`` where the budget is not binding, ``lam = inf`` (``mu`` NaN) at
@@ -102,6 +105,9 @@ def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
         raise ValueError(f"out must have the target's shape {p.shape}, got {out.shape}")
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError("out must be a writeable C-contiguous array")
+    for name, x in (("target", p), ("draft", q)):
+        if np.shares_memory(out, x):
+            raise ValueError(f"out shares memory with the {name}: π is written while the inputs are read; pass a separate array")
     return out
 
 
@@ -140,7 +146,9 @@ def solve(
     acceptance : float or array_like (B,), optional
         Target acceptance in [0, 1]; exactly one of ``budget`` and ``acceptance`` is given.
     threads : int, optional
-        OpenMP threads over rows (default: all). Results do not depend on it.
+        OpenMP threads over rows (default: all cores, or the calling thread alone for a batch of
+        at most 65,536 entries, where waking a team costs more than the work). Results do not
+        depend on it.
     normalize : bool
         Renormalise rows instead of refusing rows that do not sum to 1.
     check : bool
@@ -170,6 +178,9 @@ def solve(
     squeeze = p.ndim == 1
     p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
     dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
+    # A float32 target with a float64 draft: the rows are solved in float64 (the target widened
+    # exactly) and π comes back float32, rounded toward p by the core as float32 rows are.
+    to_float32 = p2.dtype == np.float32 and dtype == np.float64
     p2 = np.ascontiguousarray(p2, dtype=dtype)
     q2 = np.ascontiguousarray(q2, dtype=dtype)
     rows = p2.shape[0]
@@ -181,10 +192,12 @@ def solve(
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
     if div._code is not None:
-        pi, res, status = _core.solve(p2, q2, div._code, mode, values, nthreads, sums2, out2)
+        core = _core.solve_to_float32 if to_float32 else _core.solve
+        pi, res, status = core(p2, q2, div._code, mode, values, nthreads, sums2, out2)
     else:
         vec, scalar, f_inf = _custom(div)
-        pi, res, status = _core.solve_custom(p2, q2, vec, scalar, f_inf, mode, values, sums2, out2)
+        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
+        pi, res, status = core(p2, q2, vec, scalar, f_inf, mode, values, sums2, out2)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
@@ -280,10 +293,11 @@ class MentoredPath:
         return self._tables[div]
 
     def _frontier(self, div, budgets):
+        """(k, 5): s, t_lo, t_hi, D and the acceptance Σ min(π, q) per budget."""
         if div._code is not None:
-            return self._core.frontier(div._code, budgets)
+            return self._core.frontier(div._code, budgets, True)
         table, scalar = self._table(div)
-        return self._core.frontier_custom(table, scalar, budgets)
+        return self._core.frontier_custom(table, scalar, budgets, True)
 
     def thresholds(self, s: float) -> tuple[float, float]:
         r""":math:`(t_{lo}(s), t_{hi}(s))` with :math:`\mathrm{Down}(t_{lo}) = \mathrm{Up}(t_{hi}) = s`."""
@@ -295,8 +309,8 @@ class MentoredPath:
         return self._core.pi(_s_arg(s, self._core.s_end))[0]
 
     def acceptance(self, s: float) -> float:
-        r""":math:`A(\pi(s)) = 1 - \mathrm{TV}(p, q) + s`."""
-        return 1.0 - self._core.tv + _s_arg(s, self._core.s_end)
+        r""":math:`A(\pi(s)) = \sum_i \min(\pi_i(s), q_i) = 1 - \mathrm{TV}(p, q) + s`, summed from nonnegative parts (accurate however small)."""
+        return self._core.acceptance_at(_s_arg(s, self._core.s_end))
 
     def divergence_at(self, s: float, divergence="kl") -> float:
         r""":math:`D_f(\pi(s)\|p)` in :math:`O(\log n)` (``inf`` past :meth:`s_max`)."""
@@ -314,7 +328,7 @@ class MentoredPath:
         """The optimum of MD(f, budget) on this row, as :func:`solve` would return it."""
         div = _divergence(divergence)
         (budget,) = per_row(budget, 1, "budget")
-        s, t_lo, t_hi, dval = self._frontier(div, np.array([budget]))[0]
+        s, t_lo, t_hi, dval, _ = self._frontier(div, np.array([budget]))[0]
         pi, acc = self._core.pi(s)
         res = np.array([[s, t_lo, t_hi, acc, dval]])
         return _finish(div, pi[None, :], res, np.array([s < self.s_max(div)]), True)
@@ -324,7 +338,7 @@ class MentoredPath:
         b = np.asarray(budgets, dtype=np.float64)
         flat = per_row(b.ravel(), b.size, "budget")
         out = self._frontier(_divergence(divergence), flat)
-        return (1.0 - self._core.tv + out[:, 0]).reshape(b.shape)
+        return out[:, 4].reshape(b.shape)
 
     def __repr__(self) -> str:
         return f"MentoredPath(n={self._n}, tv={self.tv:.6g}, q0={self.q0:.6g})"

@@ -93,6 +93,11 @@ def check_sums(a: np.ndarray, name: str, normalize: bool, sums: np.ndarray | Non
             # round the normalised p to float32 first, so that π would answer a p that is off the
             # float64-normalised one by an ulp per entry (docs/reliability.md).
             return a
+        if np.all((sums >= 1e-300) & (sums < np.inf)):
+            # float64 rows too: the core divides by the sum itself (dividing here and again there
+            # would round twice; at budget 0, π = p/Σp exactly). Rows summing below 1e-300 (no
+            # float64 reciprocal) or past DBL_MAX are rescaled here instead.
+            return a
         if not np.all(np.isfinite(sums)):
             # Finite entries whose sum overflows (near 1e308): scale each row by its maximum first.
             a = a / a.max(axis=-1, keepdims=True)

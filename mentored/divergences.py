@@ -197,10 +197,22 @@ class Divergence:
                 # π/p beyond DBL_MAX (a denormal p_i): the term is f∞·π up to O(p_i), the limit the
                 # definition takes at p_i = 0, instead of 0·∞ or ∞.
                 term = np.where(np.isinf(ratio) & (pi > 0), self.f_inf * pi, term)
+            elif self.name in _HUGE_TERMS and _BUILTINS.get(self.name) is self:
+                # f∞ = ∞ and π/p beyond DBL_MAX: p f(π/p) is still finite; take it without forming π/p.
+                huge = np.isinf(ratio) & (pi > 0)
+                if huge.any():
+                    term = np.where(huge, _HUGE_TERMS[self.name](pi, np.where(pos, p, 1.0)), term)
             inner = np.where(pos, term, 0.0)
         outside = np.where(pos, 0.0, pi).sum(axis=-1)
         extra = np.multiply(self.f_inf, outside, out=np.zeros_like(outside), where=outside > 0)  # 0·∞ = 0
         return inner.sum(axis=-1) + extra
+
+
+# p f(π/p) for the built-ins with f∞ = ∞, from π and p (no ratio), where π/p overflows.
+_HUGE_TERMS = {
+    "kl": lambda x, y: x * (np.log(x) - np.log(y)),
+    "chi2": lambda x, y: ((x - y) * (x - y)) / y,
+}
 
 
 def _xlogx(t):
@@ -322,7 +334,7 @@ def _builtins() -> dict[str, Divergence]:
         ("kl", _xlogx, _inv_or_inf(lambda t: np.log(t) + 1.0), inf, 0.0),
         ("reverse_kl", _inv_or_inf(lambda t: -np.log(t)), _at_inf(_inv_or_inf(lambda t: -1.0 / t), 0.0), 0.0, inf),
         ("chi2", lambda t: (np.asarray(t, float) - 1.0) ** 2, lambda t: 2.0 * (np.asarray(t, float) - 1.0), inf, 1.0),
-        ("neyman_chi2", _at_inf(_inv_or_inf(lambda t: (t - 1.0) ** 2 / t), inf), _at_inf(_inv_or_inf(lambda t: 1.0 - 1.0 / t**2), 1.0), 1.0, inf),
+        ("neyman_chi2", _at_inf(_inv_or_inf(lambda t: (t - 1.0) * ((t - 1.0) / t)), inf), _at_inf(_inv_or_inf(lambda t: 1.0 - 1.0 / t**2), 1.0), 1.0, inf),
         ("hellinger", lambda t: (np.sqrt(np.asarray(t, float)) - 1.0) ** 2, _at_inf(_inv_or_inf(lambda t: 1.0 - 1.0 / np.sqrt(t)), 1.0), 1.0, 1.0),
         ("js", _f_js, _at_inf(_inv_or_inf(lambda t: 0.5 * (_LN2 + np.log(t) - np.log1p(t))), 0.5 * _LN2), 0.5 * _LN2, 0.5 * _LN2),
     ]

@@ -152,12 +152,70 @@ MENTORED_CLONES inline void reverse_kl_many(const double* t, std::size_t n, doub
   }
 }
 
+// Ratios past DBL_MAX. A target token with a tiny p_i > 0 (a denormal p̂_i) can have q_i/p_i beyond
+// DBL_MAX; it is a target token all the same, with its own ratio and its own finite cost
+// p_i f(π_i/p_i). Such ratios, and the thresholds that reach them, are carried scaled: u = t·2⁻¹²⁸
+// (every ratio of a token is below 2¹⁰⁷⁵, so u stays below 2⁹⁴⁷; the scaling by a power of two is
+// exact wherever t itself is a double).
+constexpr double kHugeDown = 0x1p-128;  // t → u
+constexpr double kHugeUp = 0x1p128;     // u → t
+constexpr double kLn2x128 = 128.0 * 0.69314718055994530942;
+
+// The perspective y·f(t) of a built-in at t = u·2¹²⁸ > DBL_MAX, y > 0, from x = t·y = u·(y·2¹²⁸)
+// and log t = log u + 128 ln 2, without forming t: finite whenever the term itself is.
+inline double generator_term_huge(Generator g, double y, double u) {
+  const double ln2 = 0.69314718055994530942;
+  const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
+  switch (g) {
+    case Generator::tv:
+      return 0.5 * (x - y);
+    case Generator::kl:  // y(t log t − t + 1)
+      return x * (log_t - 1.0) + y;
+    case Generator::reverse_kl:  // y(t − 1 − log t)
+      return (x - y) - y * log_t;
+    case Generator::chi2:  // y(t − 1)²
+      return (x - y) * ((x - y) / y);
+    case Generator::neyman_chi2:  // y(t − 1)²/t
+      return (x - y) * ((x - y) / x);
+    case Generator::hellinger: {  // y(√t − 1)²
+      const double r = std::sqrt(x) - std::sqrt(y);
+      return r * r;
+    }
+    case Generator::js:  // ½[x log(2x/(x+y)) + y log(2y/(x+y))]
+      return 0.5 * (x * (ln2 - std::log1p(y / x)) + y * (ln2 + std::log(y) - std::log(x + y)));
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// y·f(t) at t = u·2¹²⁸ for any generator functor: the functor's own `huge` when it has one (the
+// built-ins), otherwise f∞·x, an upper bound (f(t) ≤ f∞(t − 1) for a convex f with f(1) = 0) within
+// O(y log t) ≤ 1e-300 of the term when f∞ < ∞, and ∞ when f∞ = ∞ (a user generator is only
+// known at finite t).
+template <class F>
+auto term_huge_of(const F& f, double y, double u, int) -> decltype(f.huge(y, u)) {
+  return f.huge(y, u);
+}
+template <class F>
+double term_huge_of(const F& f, double y, double u, long) {
+  return f.f_inf < kInf ? f.f_inf * (u * (y * kHugeUp)) : kInf;
+}
+// y·f(u·2¹²⁸) for a scaled ratio u of the upper side (t > 1): y·f(t) itself where t and f(t) are
+// doubles (the same bits as unscaled), the perspective where either overflows (kl's t log t passes
+// DBL_MAX from t ≈ 2.5e305, chi2's (t − 1)² from t ≈ 1.3e154, while y·f(t) is finite for a small y).
+template <class F>
+double term_scaled(const F& f, double y, double u) {
+  const double t = u * kHugeUp;
+  const double v = t < kInf ? f(t) : kInf;
+  return v < kInf ? y * v : term_huge_of(f, y, u, 0);
+}
+
 // A built-in generator as the functor the path algorithms take (see path.hpp).
 struct BuiltinF {
   Generator g;
   double f_inf;
   explicit BuiltinF(Generator g_) : g(g_), f_inf(generator_f_inf(g_)) {}
   double operator()(double t) const { return generator_f(g, t); }
+  double huge(double y, double u) const { return generator_term_huge(g, y, u); }
   // f at n ratios in [0, ∞): one loop per generator, branch-free where that lets it vectorise.
   void many(const double* t, std::size_t n, double* out) const {
     switch (g) {

@@ -91,15 +91,15 @@ inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
 // The π pass of OneShot::build_pi, with what it needs of the solution.
 struct PiRule {
   double ip, iq;      // 1/Σp, 1/Σq
-  double t_lo, t_hi;  // thresholds (t_hi may be ∞)
-  double t_hi_finite; // t_hi, or 1 when t_hi = ∞
+  double t_lo, t_hi;  // thresholds (t_hi may be ∞); past DBL_MAX, t_hi holds t_hi·2⁻¹²⁸ (Point)
+  double hi_pre;      // the upper clip is (p_i·hi_pre)·t_hi: hi_pre = 1, or 2¹²⁸ when t_hi is scaled
   double z;           // share of q given to {p = 0} on the continuation
   double lo_floor;    // the smallest positive double when t_lo > 0, else 0
 };
 
 // π_i in float64 from a = p_i/Σp, b = q_i/Σq: p·clip(q/p, t_lo, t_hi) as min/max (t_hi = ∞
-// works as is). Outside tokens get q·z on the continuation; one with a denormal p_i > 0 (q/p
-// overflowed) also keeps t_hi·p_i ≥ p_i, as the clip would give it. A lower clip t_lo·p_i that
+// works as is; a scaled t_hi past DBL_MAX clips through hi_pre without overflow). Outside tokens
+// (p_i = 0) get q·z on the continuation. A lower clip t_lo·p_i that
 // underflows to 0 (a denormal p_i, a small t_lo > 0) is rounded toward p_i instead, to the
 // smallest positive double: min(a, lo_floor) is that for a > 0 and 0 for a = 0. So π_i > 0
 // wherever p_i > 0 and t_lo > 0, which f(0) = ∞ requires (the divergence reported, from t_lo,
@@ -107,8 +107,8 @@ struct PiRule {
 // selected: the loop vectorises.
 inline double pi_value(double a, double b, bool outside, const PiRule& x) {
   const double lower = std::max(x.t_lo * a, std::min(a, x.lo_floor));
-  const double clipped = std::min(std::max(b, lower), x.t_hi * a);
-  const double continued = std::max(b * x.z, x.t_hi_finite * a);
+  const double clipped = std::min(std::max(b, lower), x.t_hi * (a * x.hi_pre));
+  const double continued = b * x.z;
   return outside ? continued : clipped;
 }
 
@@ -141,19 +141,19 @@ inline float round_normal(double v, double a, float*) { return round_toward_norm
 #else
 #define MENTORED_INLINE inline
 #endif
-template <class T>
-MENTORED_INLINE void pi_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n, const PiRule& x, T* out) {
+template <class T, class U>
+MENTORED_INLINE void pi_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n, const PiRule& x, U* out) {
   const PiRule r = x;  // a local copy: stores to out cannot alias it
   if (keys == nullptr) {
     for (std::size_t i = 0; i < n; ++i) {
       const double a = static_cast<double>(p[i]) * r.ip, b = static_cast<double>(q[i]) * r.iq;
-      out[i] = static_cast<T>(round_normal(pi_value(a, b, false, r), a, out));
+      out[i] = static_cast<U>(round_normal(pi_value(a, b, false, r), a, out));
     }
     return;
   }
   for (std::size_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(p[i]) * r.ip, b = static_cast<double>(q[i]) * r.iq;
-    out[i] = static_cast<T>(round_normal(pi_value(a, b, keys[i] == 0xFFFE, r), a, out));
+    out[i] = static_cast<U>(round_normal(pi_value(a, b, keys[i] == 0xFFFE, r), a, out));
   }
 }
 
@@ -163,6 +163,11 @@ MENTORED_CLONES inline void pi_pass(const float* p, const float* q, const std::u
 }
 MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std::uint16_t* keys, std::size_t n,
                                     const PiRule& x, double* out) {
+  pi_loop(p, q, keys, n, x, out);
+}
+// float64 rows, π in float32 (a float32 target with a float64 draft), rounded toward p as above.
+MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std::uint16_t* keys, std::size_t n,
+                                    const PiRule& x, float* out) {
   pi_loop(p, q, keys, n, x, out);
 }
 
@@ -221,6 +226,98 @@ MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
     hi = a > hi ? a : hi;
   }
   out[0] = sum, out[1] = lo, out[2] = hi;
+}
+
+// Σ min(π_i, q_i·iq) of a returned π (widened exactly) in Neumaier's compensated sum, four lanes
+// (lane j takes i ≡ j mod 4, so the order is fixed by the index), then the lanes' sums and
+// carries combined the same way: the acceptance of the π returned, to a few ulps of itself
+// however small it is. 1 − TV + s, its value on the curve, cancels when the acceptance is small.
+MENTORED_INLINE void neumaier_add(double& sum, double& carry, double x) {
+  const double t = sum + x;
+  carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+  sum = t;
+}
+template <class T>
+MENTORED_INLINE double accept_loop(const T* pi, const T* q, std::size_t n, double iq) {
+  double sum = 0.0, carry = 0.0;
+  std::size_t i = 0;
+#ifdef MENTORED_VECTORS
+  const v4d viq = {iq, iq, iq, iq};
+  v4d vs = {0.0, 0.0, 0.0, 0.0}, vc = vs;
+  for (; i + 4 <= n; i += 4) {
+    v4d a, b;
+    load4(pi + i, a);
+    load4(q + i, b);
+    b *= viq;
+    const v4d m = a < b ? a : b;  // both ≥ 0: so is the running sum, and |sum| ≥ |m| is sum ≥ m
+    const v4d t = vs + m;
+    vc += vs >= m ? (vs - t) + m : (m - t) + vs;
+    vs = t;
+  }
+  for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
+  for (int j = 0; j < 4; ++j) carry += vc[j];
+#endif
+  for (; i < n; ++i) {
+    const double a = static_cast<double>(pi[i]), b = static_cast<double>(q[i]) * iq;
+    neumaier_add(sum, carry, a < b ? a : b);
+  }
+  return sum + carry;
+}
+MENTORED_CLONES inline double accept_pass(const double* pi, const double* q, std::size_t n, double iq) {
+  return accept_loop(pi, q, n, iq);
+}
+// The same sum over the float64 π of the rule (pi_value), recomputed from the row: for a float32
+// output, whose acceptance and divergence are reported for the float64 π it rounds (toward p, each
+// π_i by at most one float32 ulp).
+template <class T>
+MENTORED_INLINE double accept_rule_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n,
+                                        const PiRule& x) {
+  double sum = 0.0, carry = 0.0;
+  std::size_t i = 0;
+#ifdef MENTORED_VECTORS
+  const v4d zero = {0.0, 0.0, 0.0, 0.0};
+  const v4d ip = zero + x.ip, iq = zero + x.iq, t_lo = zero + x.t_lo, t_hi = zero + x.t_hi;
+  const v4d hi_pre = zero + x.hi_pre, z = zero + x.z, lo_floor = zero + x.lo_floor;
+  v4d vs = zero, vc = zero;
+  for (; i + 4 <= n; i += 4) {
+    v4d a, b;
+    load4(p + i, a);
+    load4(q + i, b);
+    a *= ip;
+    b *= iq;
+    // pi_value, lane by lane: max(t_lo·a, min(a, lo_floor)), then the clip, or b·z outside.
+    const v4d floor = a < lo_floor ? a : lo_floor, lo_clip = t_lo * a;
+    const v4d lower = lo_clip < floor ? floor : lo_clip;
+    const v4d up = t_hi * (a * hi_pre), raised = b < lower ? lower : b;
+    v4d v = up < raised ? up : raised;
+    if (keys != nullptr) {
+      v4u16 k16;
+      std::memcpy(&k16, keys + i, sizeof k16);
+      const v4i outside = __builtin_convertvector(k16, v4i) == 0xFFFE;
+      v = outside ? b * z : v;
+    }
+    const v4d m = v < b ? v : b;
+    const v4d t = vs + m;
+    vc += vs >= m ? (vs - t) + m : (m - t) + vs;
+    vs = t;
+  }
+  for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
+  for (int j = 0; j < 4; ++j) carry += vc[j];
+#endif
+  for (; i < n; ++i) {
+    const double a = static_cast<double>(p[i]) * x.ip, b = static_cast<double>(q[i]) * x.iq;
+    const double v = pi_value(a, b, keys != nullptr && keys[i] == 0xFFFE, x);
+    neumaier_add(sum, carry, v < b ? v : b);
+  }
+  return sum + carry;
+}
+MENTORED_CLONES inline double accept_rule_pass(const float* p, const float* q, const std::uint16_t* keys,
+                                               std::size_t n, const PiRule& x) {
+  return accept_rule_loop(p, q, keys, n, x);
+}
+MENTORED_CLONES inline double accept_rule_pass(const double* p, const double* q, const std::uint16_t* keys,
+                                               std::size_t n, const PiRule& x) {
+  return accept_rule_loop(p, q, keys, n, x);
 }
 
 MENTORED_CLONES inline void stats_pass(const float* x, std::size_t n, double* out) { stats_loop(x, n, out); }
@@ -307,7 +404,12 @@ class OneShot {
   static constexpr int kBuckets = 2 * kLower;
   // Keys of tokens outside the buckets: p_i = q_i (π_i = p_i throughout), and {p = 0}.
   static constexpr std::uint16_t kNone = 0xFFFF, kOutside = 0xFFFE;
+  // The top bucket, r ≥ 2^kOctaves: its tokens' ratios (Token::r) and its threshold are held
+  // scaled, u = r·2⁻¹²⁸ (generators.hpp), since q/p may pass DBL_MAX there (a denormal p_i).
+  static constexpr int kTop = kBuckets - 1;
   static int key(double r);  // the bucket of a ratio r ≥ 0
+  // The ratio of a token of bucket k as Token::r holds it.
+  static double token_ratio(int k, double a, double b) { return k == kTop ? scaled_quotient(b, a) : b / a; }
 
   // sp, sq: Σp and Σq if the caller knows them (as stats_pass, that is _core.row_stats, sums them), which
   // saves a pass over the row; NaN otherwise. Wrong ones cost a second pass, not a wrong answer.
@@ -326,10 +428,17 @@ class OneShot {
     fill_for(s);
     if (s > 0.0) {
       x.t_lo = lower(s).t;
-      x.t_hi = upper(s).t;
+      const Side hi = upper(s);
+      if (hi.bucket == kTop) set_upper(x, hi.t);
+      else x.t_hi = hi.t;
     }
     return x;
   }
+
+  // Per-token buffers back to at most `tokens` entries of capacity (release_above).
+  void trim(std::size_t tokens);
+  // Bytes held by the per-token buffers (their capacity), for tests.
+  std::size_t token_bytes() const;
 
   // D_f(π(s)‖p), exact to rounding (f is the tilted generator: every term ≥ 0).
   template <class F>
@@ -349,11 +458,16 @@ class OneShot {
     double r, p, q;
   };
   struct Side {
-    double t;        // the threshold
+    double t;        // the threshold (scaled, u = t·2⁻¹²⁸, when bucket = kTop)
     double clipped;  // p-mass of the clipped tokens
     int bucket;      // bucket holding the threshold
     std::size_t j;   // tokens of that bucket (in sorted order) on the clipped side: [0, j) or [j, m)
   };
+  // clipped·f(t) of a side: through the perspective in the top bucket (t may pass DBL_MAX).
+  template <class F>
+  static double side_term(const F& f, const Side& x) {
+    return x.bucket == kTop ? term_scaled(f, x.clipped, x.t) : x.clipped * f(x.t);
+  }
 
   template <class T>
   Status sums_check(const T* p, const T* q, std::size_t n);  // pass 1: Σp, Σq and the checks
@@ -366,12 +480,18 @@ class OneShot {
   template <class F>
   void bucket_fcum(const F& f, int k);  // cumulative Σ p f(r) inside sorted bucket k
   template <class F>
-  void f_at(const F& f, int k) {  // f at the ratios of (filled) bucket k, into fvals_
-    const std::size_t m = begin(k + 1) - begin(k);
+  void f_at(const F& f, int k) {  // p f(r) at the tokens of (filled) bucket k, into fvals_
+    const std::size_t m = begin(k + 1) - begin(k), first = begin(k);
+    const double scale = k == kTop ? kHugeUp : 1.0;  // top bucket: ratios held scaled
     ratios_.resize(m);
     fvals_.resize(m);
-    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[begin(k) + j].r;
+    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[first + j].r * scale;
     evaluate_many(f, ratios_.data(), m, fvals_.data(), 0);
+    for (std::size_t j = 0; j < m; ++j) {
+      const Token& x = tokens_[first + j];
+      // Top bucket: where r or f(r) overflows, the perspective p f(r) from the scaled ratio.
+      fvals_[j] = k != kTop || fvals_[j] < kInf ? x.p * fvals_[j] : term_huge_of(f, x.p, x.r, 0);
+    }
   }
   std::vector<double> ratios_, fvals_;  // scratch for f_at
   template <class F>
@@ -492,7 +612,7 @@ struct KeysInfo {
 
 // Bucket keys (OneShot::key) of the tokens of a row scaled by ip = 1/Σp, iq = 1/Σq (Σ as given
 // by the caller: the pass sums the row as well, for build to confirm), with the special keys for
-// p_i = 0 or q/p past DBL_MAX (outside) and for p_i = q_i (none).
+// p_i = 0 (outside) and for p_i = q_i (none). q/p past DBL_MAX (r = ∞) keys the top bucket.
 template <class T>
 MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys) {
   constexpr long long buckets = OneShot::kBuckets;
@@ -590,7 +710,7 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
     const v4i32 above = static_cast<int>(lower) + (lin < static_cast<int>(lower - 1) ? lin : static_cast<int>(lower - 1));
     v4i32 k = lin < 0 ? below : above;
     k = __builtin_convertvector(a == b, v4i32) ? static_cast<int>(OneShot::kNone) : k;
-    k = __builtin_convertvector((a == zero) | (r == inf), v4i32) ? static_cast<int>(OneShot::kOutside) : k;
+    k = __builtin_convertvector(a == zero, v4i32) ? static_cast<int>(OneShot::kOutside) : k;
     vlo = k < vlo ? k : vlo;  // the special keys lie above every bucket
     vhi = (k > vhi) & (k < ibuckets) ? k : vhi;
     const v4u16 k16 = __builtin_convertvector(k, v4u16);
@@ -616,8 +736,8 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
 }
 
 inline std::uint16_t exact_key(double pv, double qv, double ip, double iq) {
-  const double a = pv * ip, b = qv * iq, r = b / a;
-  return a == 0.0 || r == kInf ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
+  const double a = pv * ip, b = qv * iq, r = b / a;  // r = ∞ (q/p past DBL_MAX): the top bucket
+  return a == 0.0 ? OneShot::kOutside : a == b ? OneShot::kNone : static_cast<std::uint16_t>(OneShot::key(r));
 }
 
 MENTORED_CLONES inline KeysInfo keys_pass(const float* p, const float* q, std::size_t n, double ip, double iq,
@@ -723,9 +843,10 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
   min_a_ = info.min_a;
   min_b_ = info.min_b;
   const int range[2] = {info.lo, info.hi};
-  // Counts and sums per key, special keys included: p_i = 0, or q/p beyond DBL_MAX (a denormal
-  // p_i), go to kOutside, where no threshold can clip them, as in path.hpp (the continuation is
-  // the only way they get mass); Q at kOutside is then Q0. kNone: p_i = q_i, π_i = p_i throughout.
+  // Counts and sums per key, special keys included: p_i = 0 goes to kOutside, where no threshold
+  // can clip it, as in path.hpp (the continuation is the only way such tokens get mass); Q at
+  // kOutside is then Q0. kNone: p_i = q_i, π_i = p_i throughout. A tiny p_i > 0 with q/p beyond
+  // DBL_MAX is a target token in the top bucket, whose ratios are held scaled (Token).
   const double ip = ip_, iq = iq_;
   // Raw pointers: through the vectors the compiler reloads every base address per token.
   const std::uint16_t* keys = keys_.data();
@@ -851,7 +972,8 @@ inline void OneShot::scatter(std::size_t m) {
     const std::size_t i = chosen[j];
     const double a = (pf_ ? static_cast<double>(pf_[i]) : pd_[i]) * ip;
     const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq;
-    tokens[pos[keys[i]]++] = {b / a, a, b};
+    const int k = keys[i];
+    tokens[pos[k]++] = {token_ratio(k, a, b), a, b};
   }
 }
 
@@ -883,7 +1005,15 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
       gather_ratios(pd_, qd_, chosen + j0, len, ip_, iq_, weights_.data(), ratios_.data());
     }
     evaluate_many(f, ratios_.data(), len, fvals_.data(), 0);
-    for (std::size_t j = 0; j < len; ++j) F_[keys[chosen[j0 + j]]] += weights_[j] * fvals_[j];
+    for (std::size_t j = 0; j < len; ++j) {
+      const std::size_t i = chosen[j0 + j];
+      double term = weights_[j] * fvals_[j];
+      if (!(fvals_[j] < kInf) && keys[i] == kTop) {  // r or f(r) past DBL_MAX (rare): the perspective
+        const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq_;
+        term = term_huge_of(f, weights_[j], scaled_quotient(b, weights_[j]), 0);
+      }
+      F_[keys[i]] += term;
+    }
   }
   filled_lo_ = lo;
   filled_hi_ = hi;
@@ -953,7 +1083,7 @@ double OneShot::bucket_f(const F& f, int k) {
     const std::size_t m = begin(k + 1) - begin(k);
     f_at(f, k);
     double sum = 0.0;
-    for (std::size_t j = 0; j < m; ++j) sum += tokens_[begin(k) + j].p * fvals_[j];
+    for (std::size_t j = 0; j < m; ++j) sum += fvals_[j];
     F_[k] = sum;
   }
   return F_[k];
@@ -970,12 +1100,12 @@ void OneShot::bucket_fcum(const F& f, int k) {
   double sum = 0.0;
   if (k < kLower) {
     for (std::size_t i = begin(k + 1); i-- > first;) {
-      sum += tokens_[i].p * fvals_[i - first];
+      sum += fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [i, m)
     }
   } else {
     for (std::size_t i = first; i < begin(k + 1); ++i) {
-      sum += tokens_[i].p * fvals_[i - first];
+      sum += fvals_[i - first];
       cum_[i].F = sum;  // Σ over tokens [0, i]
     }
   }
@@ -1060,20 +1190,23 @@ inline OneShot::Side OneShot::upper(double s) {
   const std::size_t first = begin(b), m = begin(b + 1) - first;
   const double P0 = above_P(b + 1), Q0 = above_Q(b + 1);
   auto from = [&](std::size_t i, double Cumulative::*field) { return i < m ? cum_[first + i].*field : 0.0; };
+  // In the top bucket ratios are scaled (u = r·2⁻¹²⁸): r·P is taken as u·(P·2¹²⁸), the same bits.
+  const bool top = b == kTop;
+  const double scale = top ? kHugeUp : 1.0;
   // Tokens [j, m) of the bucket lie above t_hi: the first i whose ψ(r_i), a sum over the tokens
   // after i, is ≤ h, by binary search.
   std::size_t lo_j = 0, j = m;
   while (lo_j < j) {
     const std::size_t mid = (lo_j + j) / 2;
-    const double psi = (Q0 + from(mid + 1, &Cumulative::Q)) - tokens_[first + mid].r * (P0 + from(mid + 1, &Cumulative::P));
+    const double psi = (Q0 + from(mid + 1, &Cumulative::Q)) - tokens_[first + mid].r * ((P0 + from(mid + 1, &Cumulative::P)) * scale);
     if (psi <= h) j = mid;
     else lo_j = mid + 1;
   }
   const double P = P0 + from(j, &Cumulative::P), Q = Q0 + from(j, &Cumulative::Q);
-  const double left = j > 0 ? tokens_[first + j - 1].r : edge(b);
+  const double left = j > 0 ? tokens_[first + j - 1].r : edge(b) * (top ? kHugeDown : 1.0);
   const double right = j < m ? tokens_[first + j].r : edge(b + 1);
-  const double t = std::min(std::max((Q - h) / P, left), right);
-  return {t, P, b, j};
+  const double t = top ? scaled_quotient(Q - h, P) : (Q - h) / P;
+  return {std::min(std::max(t, left), right), P, b, j};
 }
 
 template <class F>
@@ -1093,7 +1226,7 @@ double OneShot::divergence(const F& f, double s) {
     if (s > d_up_ && q0_ > 0.0) d += f.f_inf * (s - d_up_);
   } else {
     bucket_fcum(f, hi.bucket);
-    d += hi.clipped * f(hi.t) + middle_upper(f, hi.bucket) + cum_before(hi.bucket, hi.j, &Cumulative::F);
+    d += side_term(f, hi) + middle_upper(f, hi.bucket) + cum_before(hi.bucket, hi.j, &Cumulative::F);
   }
   return d;
 }
@@ -1199,7 +1332,9 @@ void OneShot::divergence_bounds(const F& f, double s, double& low, double& up) c
   const double t_min = Pa > 0.0 ? std::min(std::max((Qa - h) / Pa, e0), e1) : e0;
   const double t_max = Pa + Pb > 0.0 && e1 < kInf ? std::min(std::max((Qa + e1 * Pb - h) / (Pa + Pb), t_min), e1) : e1;
   const double f_min = f_at(t_min), f_max = f_at(t_max);
-  low += mul(Pa, f_min) + mul(Pb, fedge(b) < kInf ? fedge(b) : 0.0) + low_hi(b);
+  // f(t_min) = ∞ only where t or f(t) overflows (the top bucket, where Pa·f(t_min) may well be
+  // finite): there 0 is the lower bound.
+  low += mul(Pa, f_min < kInf ? f_min : 0.0) + mul(Pb, fedge(b) < kInf ? fedge(b) : 0.0) + low_hi(b);
   up += mul(Pa + Pb, f_max) + up_hi(b);
 }
 
@@ -1294,17 +1429,68 @@ Point OneShot::solve_budget(const F& f, double budget) {
   return at(a);
 }
 
+namespace detail {
+template <class T>
+void release_above(std::vector<T>& v, std::size_t cap) {
+  if (v.capacity() > cap) std::vector<T>().swap(v);
+}
+template <class T>
+std::size_t bytes_of(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+}  // namespace detail
+
+inline void OneShot::trim(std::size_t tokens) {
+  // The buffers sized by the row (the per-bucket arrays are fixed: 2¹⁶ slots and ~6k buckets);
+  // ratios_ and fvals_ also serve the bucket edges, hence the floor of kBuckets + 1.
+  const std::size_t cap = std::max<std::size_t>(tokens, kBuckets + 1);
+  detail::release_above(keys_, cap);
+  detail::release_above(tokens_, cap);
+  detail::release_above(cum_, cap);
+  detail::release_above(chosen_, cap + 8);
+  detail::release_above(middle_, cap + 8);
+  detail::release_above(order_, cap);
+  detail::release_above(spare_, cap);
+  detail::release_above(ratios_, cap);
+  detail::release_above(fvals_, cap);
+  detail::release_above(weights_, cap);
+}
+
+inline std::size_t OneShot::token_bytes() const {
+  using detail::bytes_of;
+  return bytes_of(keys_) + bytes_of(tokens_) + bytes_of(cum_) + bytes_of(chosen_) + bytes_of(middle_) +
+         bytes_of(order_) + bytes_of(spare_) + bytes_of(ratios_) + bytes_of(fvals_) + bytes_of(weights_);
+}
+
 template <class T, class U, class F>
 double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F& f) const {
   PiRule rule;
   rule.ip = ip_;
   rule.iq = iq_;
   rule.t_lo = x.t_lo;
-  rule.t_hi = x.t_hi;
-  rule.t_hi_finite = x.t_hi < kInf ? x.t_hi : 1.0;
+  rule.t_hi = x.hi_mul();
+  rule.hi_pre = x.hi_pre();
   rule.z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
   rule.lo_floor = x.t_lo > 0.0 ? std::numeric_limits<double>::denorm_min() : 0.0;
   const std::size_t n = keys_.size();
+  if (!(x.s > 0.0)) {
+    // s = 0: π = p/Σp itself, divided (the passes scale by the reciprocal, one rounding more) by
+    // Σp summed compensated (Neumaier: the correctly rounded sum but for near-ties, where the
+    // four-lane sum of the passes can be off by many ulps on long rows), and rounded to float32 as
+    // below, toward p/Σp (that is, to the nearer neighbour).
+    double sum = 0.0, carry = 0.0;
+    for (std::size_t i = 0; i < n; ++i) neumaier_add(sum, carry, static_cast<double>(p[i]));
+    const double sp = sum + carry;
+    double accepted = 0.0;
+    carry = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(p[i]) / sp, b = static_cast<double>(q[i]) * iq_;
+      const auto smaller_at_lo = [&f, v](double lo, double hi) { return v * f(lo / v) <= v * f(hi / v); };
+      out[i] = round_toward(v, v, smaller_at_lo, out);
+      neumaier_add(accepted, carry, v < b ? v : b);
+    }
+    return std::min(accepted + carry, 1.0);
+  }
   pi_pass(p, q, count_[kOutside] > 0 ? keys_.data() : nullptr, n, rule, out);
   // float32 π_i below FLT_MIN, or for p_i below FLT_MIN: round_toward, where f may decide. Such
   // tokens exist only if the smallest positive p_i, q_i (kept by build) allow them: π_i ≥ min(q_i,
@@ -1320,8 +1506,18 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
       out[i] = round_toward(v, a, smaller_at_lo, out);
     }
   }
-  // Σ min(π_i, q_i) = 1 − TV(p, q) + s on the curve (Curve.v, acceptance_on_curve): no sum needed.
-  return std::min(std::max(1.0 - tv_ + x.s, 0.0), 1.0);
+  // Σ min(π_i, q_i) = 1 − TV(p, q) + s on the curve (Curve.v, acceptance_on_curve). At 1/2 or
+  // more that difference loses at most a bit to cancellation: taken as is. Below, it cancels (a
+  // disjoint row gave 2.5e-14 for 0): the sum itself, compensated, over the float64 π (the π
+  // returned, or the one a float32 π rounds; docs/reliability.md). The extra pass costs some 10% of
+  // a row, hence only where it is needed.
+  const double on_curve = 1.0 - tv_ + x.s;
+  if (on_curve >= 0.5) return std::min(on_curve, 1.0);
+  if constexpr (std::is_same<U, double>::value) {
+    return std::min(accept_pass(out, q, n, iq_), 1.0);
+  } else {
+    return std::min(accept_rule_pass(p, q, count_[kOutside] > 0 ? keys_.data() : nullptr, n, rule), 1.0);
+  }
 }
 
 }  // namespace mentored

@@ -43,7 +43,34 @@ struct Point {
   double t_lo = 1.0;
   double t_hi = 1.0;
   std::size_t segment = 0;
+  // t_hi past DBL_MAX (a target token with a denormal p_i and q_i/p_i beyond DBL_MAX is still
+  // clipped): then t_hi = ∞ and hi_scaled = t_hi·2⁻¹²⁸ (generators.hpp); 0 otherwise. Not the
+  // continuation onto {p = 0}, which has t_hi = ∞ and hi_scaled = 0.
+  double hi_scaled = 0.0;
+  // The factor and threshold of the upper clip p_i·t_hi, computed as (p_i·hi_pre)·hi_mul: exact
+  // where t_hi is a double (hi_pre = 1), and without overflow past DBL_MAX (hi_pre = 2¹²⁸).
+  double hi_pre() const { return hi_scaled > 0.0 ? kHugeUp : 1.0; }
+  double hi_mul() const { return hi_scaled > 0.0 ? hi_scaled : t_hi; }
 };
+
+// A threshold t > 1 from its scaled form u = t·2⁻¹²⁸ into a Point: t_hi = t where t is a double.
+inline void set_upper(Point& x, double u) {
+  const double t = u * kHugeUp;
+  if (t < kInf) {
+    x.t_hi = t;
+    x.hi_scaled = 0.0;
+  } else {
+    x.t_hi = kInf;
+    x.hi_scaled = u;
+  }
+}
+
+// u = t·2⁻¹²⁸ for t = num/den > 1 (num, den > 0), without overflow: the scaled double of t, the
+// same bits as t·2⁻¹²⁸ wherever t is a double.
+inline double scaled_quotient(double num, double den) {
+  const double t = num / den;
+  return t < kInf ? t * kHugeDown : (num * kHugeDown) / den;
+}
 
 class Path {
  public:
@@ -61,9 +88,20 @@ class Path {
 
   Point at(double s) const;
 
-  // π(s) in the original token order; returns Σ min(π_i, q_i) accumulated in float64.
+  // π(s) in the original token order; returns Σ min(π_i, q_i) (a compensated sum).
   template <class T>
   double build_pi(const Point& x, T* out) const;
+
+  // Σ min(π_i, q_i) at a point in O(1), as a sum of nonnegative parts, so accurate however small:
+  // lower tokens and ties give q_i, unclipped upper tokens q_i, clipped ones t_hi·p_i, {p = 0} z·q_i.
+  // (1 − TV + s, its value on the curve, cancels when it is small.)
+  double acceptance(const Point& x) const {
+    if (x.s <= 0.0) return std::min(a0_, 1.0);
+    const std::size_t m = segments_[x.segment].m;
+    const double z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
+    const double clipped = m > 0 ? (P_hi_[m] * x.hi_pre()) * x.hi_mul() : 0.0;
+    return std::min(((Q_lo_.back() + q_eq_) + Qs_hi_[m]) + clipped + z * q0_, 1.0);
+  }
 
   template <class F>
   void tabulate(const F& f, Table& tab) const;
@@ -92,13 +130,17 @@ class Path {
   double divergence_on(const Table& tab, const F& f, std::size_t j, double s) const;
 
   std::vector<double> p_, q_;  // the normalised row
-  // Tokens on the side of {p = 0}: p_i = 0, or q_i/p_i beyond DBL_MAX (a denormal p_i), which no
-  // finite threshold can clip; oneshot.hpp classifies them the same way.
-  bool outside(std::size_t i) const { return p_[i] == 0.0 || q_[i] / p_[i] == kInf; }
+  // Tokens of {p = 0}, the target's zeros. A tiny p_i > 0 is a target token whatever its ratio:
+  // q_i/p_i beyond DBL_MAX (a denormal p_i) is carried scaled on the upper side (below).
+  bool outside(std::size_t i) const { return p_[i] == 0.0; }
   // Lower side {p > 0, r < 1} ascending, upper side {p > 0, r > 1} descending; prefix sums have
-  // one more entry than the side: P[k] = Σ_{j<k} p_j.
+  // one more entry than the side: P[k] = Σ_{j<k} p_j. The upper side's ratios are held scaled,
+  // r_hi_[j] = r·2⁻¹²⁸ (generators.hpp, kHugeDown), so that those past DBL_MAX keep their order and
+  // value; every product r·P is taken as r_hi_·(P·2¹²⁸), the same bits where r is a double.
   std::vector<double> r_lo_, p_lo_, P_lo_, Q_lo_;
   std::vector<double> r_hi_, p_hi_, P_hi_, Q_hi_;
+  std::vector<double> Qs_hi_;       // suffix sums of q on the upper side: Qs_hi_[m] = Σ_{j≥m} q_j
+  double q_eq_ = 0.0, a0_ = 0.0;    // Σ q over ties q_i = p_i > 0; Σ min(p_i, q_i)
   std::vector<Segment> segments_;
   double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
   struct Entry {
@@ -111,13 +153,22 @@ class Path {
 
 template <class T>
 Status Path::build(const T* p, const T* q, std::size_t n) {
-  double sp = 0.0, sq = 0.0;
+  // Σp, Σq compensated (Neumaier): the correctly rounded sums but for near-ties, so that π(0) is
+  // p/Σp itself, as the one-shot solver returns it at budget 0.
+  double sp = 0.0, sq = 0.0, cp = 0.0, cq = 0.0;
+  auto add = [](double& sum, double& carry, double x) {
+    const double t = sum + x;
+    carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(p[i]), b = static_cast<double>(q[i]);
     if (!(a >= 0.0) || !(b >= 0.0) || std::isinf(a) || std::isinf(b)) return Status::bad_value;
-    sp += a;
-    sq += b;
+    add(sp, cp, a);
+    add(sq, cq, b);
   }
+  sp += cp;
+  sq += cq;
   if (!(sp > 0.0) || !(sq > 0.0)) return Status::zero_row;
   // Finite entries can sum past DBL_MAX; x/∞ = 0 would silently build a different row.
   if (!(sp < kInf) || !(sq < kInf)) return Status::bad_value;
@@ -134,31 +185,52 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
   lo_.clear();
   hi_.clear();
   q0_ = 0.0;
+  q_eq_ = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!outside(i) && q_[i] == p_[i]) q_eq_ += q_[i];  // ties: few, and any sum of them is exact enough
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (outside(i)) q0_ += q_[i];
     else if (q_[i] < p_[i]) lo_.push_back({q_[i] / p_[i], p_[i], q_[i]});
-    else if (q_[i] > p_[i]) hi_.push_back({q_[i] / p_[i], p_[i], q_[i]});
+    else if (q_[i] > p_[i]) hi_.push_back({scaled_quotient(q_[i], p_[i]), p_[i], q_[i]});
   }
   std::stable_sort(lo_.begin(), lo_.end(), [](const Entry& a, const Entry& b) { return a.r < b.r; });
   std::stable_sort(hi_.begin(), hi_.end(), [](const Entry& a, const Entry& b) { return a.r > b.r; });
   const std::size_t n_lo = lo_.size(), n_hi = hi_.size();
 
-  auto fill = [](const std::vector<Entry>& side, std::vector<double>& r, std::vector<double>& pv,
+  auto fill = [&add](const std::vector<Entry>& side, std::vector<double>& r, std::vector<double>& pv,
                  std::vector<double>& P, std::vector<double>& Q) {
     const std::size_t count = side.size();
     r.resize(count);
     pv.resize(count);
     P.assign(count + 1, 0.0);
     Q.assign(count + 1, 0.0);
+    // Prefix sums compensated (Neumaier): each P[k], Q[k] is within an ulp or so of the exact sum
+    // of its entries, however many (a plain sum drifts by up to k ulps).
+    double sp = 0.0, cp = 0.0, sq = 0.0, cq = 0.0;
     for (std::size_t j = 0; j < count; ++j) {
       r[j] = side[j].r;
       pv[j] = side[j].p;
-      P[j + 1] = P[j] + side[j].p;
-      Q[j + 1] = Q[j] + side[j].q;
+      add(sp, cp, side[j].p);
+      add(sq, cq, side[j].q);
+      P[j + 1] = sp + cp;
+      Q[j + 1] = sq + cq;
     }
   };
   fill(lo_, r_lo_, p_lo_, P_lo_, Q_lo_);
   fill(hi_, r_hi_, p_hi_, P_hi_, Q_hi_);
+  Qs_hi_.assign(n_hi + 1, 0.0);
+  {
+    double sum = 0.0, carry = 0.0;
+    for (std::size_t j = n_hi; j-- > 0;) {
+      add(sum, carry, hi_[j].q);
+      Qs_hi_[j] = sum + carry;
+    }
+  }
+  a0_ = (Q_lo_[n_lo] + q_eq_) + P_hi_[n_hi];
+  // The sort's scratch is not kept for the life of the structure.
+  std::vector<Entry>().swap(lo_);
+  std::vector<Entry>().swap(hi_);
 
   tv_ = P_lo_[n_lo] - Q_lo_[n_lo];
   d_up_ = Q_hi_[n_hi] - P_hi_[n_hi];
@@ -176,9 +248,9 @@ Status Path::build(const T* p, const T* q, std::size_t n) {
     return tv_ - (r_lo_[kk - 1] * P_lo_[kk - 1] - Q_lo_[kk - 1]);
   };
   auto s_hi = [&](std::size_t mm) {  // Up at the mm-th descending ratio (1-based)
-    // Up ≤ D_up always; q/p overflows to r = ∞ when p_i is denormal, and ∞·P would give +∞ here,
-    // after which the merge below ran k past 0 and never stopped (found by fuzz/fuzz_core.py).
-    return std::min(d_up_ - (Q_hi_[mm - 1] - r_hi_[mm - 1] * P_hi_[mm - 1]), d_up_);
+    // Up ≤ D_up always (the min guards rounding: a +∞ here once ran the merge below past k = 0;
+    // found by fuzz/fuzz_core.py). The ratio is scaled (r_hi_), so that r·P stays finite.
+    return std::min(d_up_ - (Q_hi_[mm - 1] - r_hi_[mm - 1] * (P_hi_[mm - 1] * kHugeUp)), d_up_);
   };
   while (k > 1 || m > 1 || (m == 1 && s_end_ > d_up_)) {
     const double a = k > 1 ? s_lo(k) : kInf;
@@ -204,12 +276,12 @@ inline double Path::t_lo_on(const Segment& g, double s) const {
   return std::min(std::max(t, lo), hi);
 }
 
+// t_hi scaled: u = t_hi·2⁻¹²⁸ (generators.hpp); g.m > 0.
 inline double Path::t_hi_on(const Segment& g, double s) const {
-  if (g.m == 0) return r_hi_.empty() && q0_ == 0.0 ? 1.0 : kInf;
-  const double t = (Q_hi_[g.m] - (d_up_ - s)) / P_hi_[g.m];
-  const double lo = g.m < r_hi_.size() ? r_hi_[g.m] : 1.0;
+  const double u = scaled_quotient(Q_hi_[g.m] - (d_up_ - s), P_hi_[g.m]);
+  const double lo = g.m < r_hi_.size() ? r_hi_[g.m] : kHugeDown;
   const double hi = r_hi_[g.m - 1];
-  return std::min(std::max(t, lo), hi);
+  return std::min(std::max(u, lo), hi);
 }
 
 inline Point Path::point_on(std::size_t j, double s) const {
@@ -217,8 +289,10 @@ inline Point Path::point_on(std::size_t j, double s) const {
   x.s = s;
   x.segment = j;
   if (s <= 0.0) return x;  // π = p: both thresholds at 1
-  x.t_lo = t_lo_on(segments_[j], s);
-  x.t_hi = t_hi_on(segments_[j], s);
+  const Segment& g = segments_[j];
+  x.t_lo = t_lo_on(g, s);
+  if (g.m == 0) x.t_hi = r_hi_.empty() && q0_ == 0.0 ? 1.0 : kInf;
+  else set_upper(x, t_hi_on(g, s));
   return x;
 }
 
@@ -233,33 +307,35 @@ template <class T>
 double Path::build_pi(const Point& x, T* out) const {
   const double z = x.s > d_up_ && q0_ > 0.0 ? (x.s - d_up_) / q0_ : 0.0;
   const double lo_floor = x.t_lo > 0.0 ? std::numeric_limits<double>::denorm_min() : 0.0;
-  double accepted = 0.0;
+  const double hi_pre = x.hi_pre(), hi_mul = x.hi_mul();
+  // Σ min(π_i, q_i) in Neumaier's compensated sum: accurate to a few ulps of itself, however small.
+  double accepted = 0.0, carry = 0.0;
   for (std::size_t i = 0; i < p_.size(); ++i) {
     double v;
     if (outside(i)) {
-      // As in oneshot.hpp: a denormal p_i > 0 keeps t_hi·p_i ≥ p_i, so π_i > 0 wherever p_i > 0.
-      v = std::max(q_[i] * std::min(z, 1.0), (x.t_hi < kInf ? x.t_hi : 1.0) * p_[i]);
+      v = q_[i] * std::min(z, 1.0);
     } else {
       // p·clip(q/p, t_lo, t_hi), compared without forming q/p. As in oneshot.hpp (pi_value): a
       // t_lo·p_i that underflows to 0 is rounded toward p_i, so π_i > 0 wherever p_i > 0 < t_lo.
-      const double lo = std::max(x.t_lo * p_[i], std::min(p_[i], lo_floor)), hi = x.t_hi * p_[i];
+      const double lo = std::max(x.t_lo * p_[i], std::min(p_[i], lo_floor)), hi = (p_[i] * hi_pre) * hi_mul;
       v = q_[i] < lo ? lo : (q_[i] > hi ? hi : q_[i]);
     }
-    accepted += std::min(v, q_[i]);
+    const double m = std::min(v, q_[i]), sum = accepted + m;
+    carry += std::fabs(accepted) >= m ? (accepted - sum) + m : (m - sum) + accepted;
+    accepted = sum;
     out[i] = static_cast<T>(v);
   }
-  return accepted;
+  return std::min(accepted + carry, 1.0);
 }
 
 template <class F>
 void Path::tabulate(const F& f, Table& tab) const {
   tab.f_inf = f.f_inf;
-  auto suffix = [&](const std::vector<double>& r, const std::vector<double>& pv, std::vector<double>& out) {
-    out.assign(r.size() + 1, 0.0);
-    for (std::size_t j = r.size(); j-- > 0;) out[j] = out[j + 1] + pv[j] * f(r[j]);
-  };
-  suffix(r_lo_, p_lo_, tab.lower);
-  suffix(r_hi_, p_hi_, tab.upper);
+  tab.lower.assign(r_lo_.size() + 1, 0.0);
+  for (std::size_t j = r_lo_.size(); j-- > 0;) tab.lower[j] = tab.lower[j + 1] + p_lo_[j] * f(r_lo_[j]);
+  // Upper ratios are scaled: p f(r) itself where r is a double, the perspective past DBL_MAX.
+  tab.upper.assign(r_hi_.size() + 1, 0.0);
+  for (std::size_t j = r_hi_.size(); j-- > 0;) tab.upper[j] = tab.upper[j + 1] + term_scaled(f, p_hi_[j], r_hi_[j]);
 }
 
 template <class F>
@@ -269,7 +345,7 @@ double Path::divergence_on(const Table& tab, const F& f, std::size_t j, double s
   double d = 0.0;
   if (g.k > 0) d += P_lo_[g.k] * f(t_lo_on(g, s)) + tab.lower[g.k];
   if (g.m > 0) {
-    d += P_hi_[g.m] * f(t_hi_on(g, s)) + tab.upper[g.m];
+    d += term_scaled(f, P_hi_[g.m], t_hi_on(g, s)) + tab.upper[g.m];
   } else {
     d += tab.upper.empty() ? 0.0 : tab.upper[0];
     if (s > d_up_) d += tab.f_inf * (s - d_up_);

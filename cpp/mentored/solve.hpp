@@ -37,15 +37,33 @@ struct RowResult {
 };
 constexpr int kRowFields = 6;
 
-template <class T, class F>
-Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n, Mode mode, double value, T* pi,
+// What the solver knows of a generator beyond f: tv, whose D_tv(π(s)‖p) is s itself on the curve
+// (s = TV(π, p)), and whether D_f(π‖p) = 0 only at π = p (every built-in: f̃ > 0 off t = 1), so that
+// budget 0 is s = 0 exactly, not the last s whose computed D rounds to 0.
+template <class F>
+bool is_tv(const F&) {
+  return false;
+}
+inline bool is_tv(const BuiltinF& f) { return f.g == Generator::tv; }
+template <class F>
+bool lossless_is_unique(const F&) {
+  return false;
+}
+inline bool lossless_is_unique(const BuiltinF&) { return true; }
+
+// U, the type of π: T, or float for float64 rows whose output is float32 (a float32 target with a
+// float64 draft), rounded toward p as the float32 rows are (OneShot::build_pi).
+template <class T, class U, class F>
+Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n, Mode mode, double value, U* pi,
                  RowResult& out, double sp = kNaN, double sq = kNaN) {
   const Status st = row.build(p, q, n, sp, sq);
   if (st != Status::ok) return st;
   const double s_max = row.s_max(f.f_inf);
   Point x;
   if (mode == Mode::budget) {
-    x = row.solve_budget(f, value);
+    if (is_tv(f)) x = row.at(std::min(std::max(value, 0.0), s_max));  // D_tv = s: no search
+    else if (value <= 0.0 && lossless_is_unique(f)) x = row.at(0.0);
+    else x = row.solve_budget(f, value);
   } else {
     const double s = value - 1.0 + row.tv();
     // Acceptance is known only to rounding: allow a few ulps past the end of the curve.
@@ -59,28 +77,48 @@ Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n
   out.t_lo = x.t_lo;
   out.t_hi = x.t_hi;
   out.acceptance = row.build_pi(p, q, x, pi, f);
-  out.divergence = row.divergence(f, x.s);
+  out.divergence = is_tv(f) ? x.s : row.divergence(f, x.s);
   out.s_max = s_max;
   return Status::ok;
 }
 
-// threads ≤ 0: the OpenMP default. sums: (rows, 2) of Σp, Σq per row if known (OneShot::build),
-// or null.
-template <class T, class F>
-void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const F& f, Mode mode,
-                 const double* values, int threads, T* pi, double* results, int* status,
-                 const double* sums = nullptr) {
+// The workspace of the calling OS thread, shared by every solve on it (one, whatever T and F).
+inline OneShot& thread_workspace() {
+  static thread_local OneShot row;
+  return row;
+}
+
+// Per-thread buffers kept between calls: enough for rows of 2¹⁸ tokens (a 256k vocabulary) without
+// reallocating; a longer row's buffers are released when its call ends (docs/reliability.md).
+constexpr std::size_t kKeepTokens = std::size_t{1} << 18;
+
+// The threads a batch runs on (threads ≤ 0: the default below), fixed for the whole call.
+inline int batch_threads(int threads, std::size_t rows, std::size_t n) {
 #ifdef _OPENMP
   // No more threads than rows: a team that waits for work costs more than one small row. By
   // default a small batch (a decode step of a few short rows) runs on the calling thread: waking a
   // team costs more than the work, and far more when other processes hold the cores.
   const int want = threads > 0 ? threads : (rows * n > (std::size_t{1} << 16) ? omp_get_max_threads() : 1);
-  const int nt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(want), rows));
+  return static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(static_cast<std::size_t>(want), rows)));
+#else
+  (void)threads, (void)rows, (void)n;
+  return 1;
+#endif
+}
+
+// Rows [0, rows) of a batch (a chunk of a longer one: the pointers are the chunk's) on nt threads
+// (batch_threads). sums: (rows, 2) of Σp, Σq per row if known (OneShot::build), or null. trim: the
+// call ends with this chunk, so each thread's buffers go back to kKeepTokens.
+template <class T, class U, class F>
+void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const F& f, Mode mode,
+                 const double* values, int nt, U* pi, double* results, int* status,
+                 const double* sums = nullptr, bool trim = true) {
+#ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
   {
     // One per thread, kept across calls: its buffers are then allocated (and page-faulted) once.
-    static thread_local OneShot row;
+    OneShot& row = thread_workspace();
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -92,8 +130,9 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
       status[b] = static_cast<int>(st);
       r.store(results + static_cast<std::size_t>(b) * kRowFields);
     }
+    if (trim) row.trim(kKeepTokens);
   }
-  (void)threads;
+  (void)nt;
 }
 
 }  // namespace mentored
