@@ -91,8 +91,14 @@ class _Dual:
         self.div = div
         self.eps = float(budget)
         pos = p > 0
-        self.pS = p[pos]
-        self.r = q[pos] / p[pos]
+        with np.errstate(over="ignore"):
+            r = q[pos] / p[pos]
+        # A subnormal p_i can make q_i/p_i overflow; such tokens are bounded in the mass scale (__call__).
+        self.big = ~np.isfinite(r)
+        self.qB = q[pos][self.big]
+        self.pB = p[pos][self.big]
+        self.pS = p[pos][~self.big]
+        self.r = r[~self.big]
         self.qZ = float(q[~pos].sum())
         self.has_zero = bool((~pos).any())
         self.c = div.tilt
@@ -110,7 +116,7 @@ class _Dual:
             if mu_t < 0:
                 return np.inf
             k = max(0.0, 1.0 - mu_t)
-            return mu_t + k * float(np.dot(self.pS, r)) + k * self.qZ
+            return mu_t + k * (float(np.dot(self.pS, r)) + float(self.qB.sum())) + k * self.qZ
         a, b = (1.0 - mu_t) / lam, -mu_t / lam
         Fa = lam * float(self.div.conjugate_tilde(np.array([a]))[0])
         Fb = lam * float(self.div.conjugate_tilde(np.array([b]))[0])
@@ -124,6 +130,13 @@ class _Dual:
             h = np.maximum(A, B)
             zero = r == 0  # q_i = 0: the piece t ≤ 0 is t = 0 alone
             h = np.where(zero, np.maximum(-lam * self.f0, Fb), h)
+        big = 0.0
+        if self.qB.size:
+            # q_i/p_i beyond DBL_MAX: p_i sup_t [min(t, r) − μ̃t − λf̃(t)] ≤ min(p_i λf̃*(a), q_i max(0, 1 − μ̃)),
+            # the first as min(t, r) ≤ t, the second (μ̃ ≥ 0) as f̃ ≥ 0 and min(t, r) − μ̃t ≤ r max(0, 1 − μ̃).
+            by_conj = self.pB * Fa if np.isfinite(Fa) else np.full(self.pB.shape, np.inf)
+            by_mass = self.qB * max(0.0, 1.0 - mu_t) if mu_t >= 0 else np.full(self.qB.shape, np.inf)
+            big = float(np.minimum(by_conj, by_mass).sum())
         k = lam * self.finf + mu_t
         if self.has_zero:  # sup_{x ≥ 0} [min(x, q_i) − k x] = +∞ when k < 0, even with q_i = 0
             if k < 0:
@@ -131,7 +144,7 @@ class _Dual:
             outside = self.qZ * max(0.0, 1.0 - k)
         else:
             outside = 0.0
-        total = lam * eps + mu_t + float(np.dot(self.pS, h)) + outside
+        total = lam * eps + mu_t + float(np.dot(self.pS, h)) + outside + big
         return np.inf if np.isnan(total) else total
 
     def best(self):
@@ -173,7 +186,7 @@ def dual_bound(target, draft, divergence, budget, lam, mu, *, exact=False):
         zero = [i for i, v in enumerate(P) if v == 0]
         return _exact_dual(
             _exact_forms(div), [P[i] for i in pos], [Q[i] for i in pos], sum((Q[i] for i in zero), Fraction(0)),
-            bool(zero), Fraction(budget), Fraction(lam), Fraction(mu), _Track(),
+            bool(zero), _exact_budget(budget), Fraction(lam), Fraction(mu), _Track(),
         )
     p, q = (np.asarray(x, dtype=np.float64) for x in (target, draft))
     lam = float(lam)
@@ -196,11 +209,14 @@ def certify(
     divergence : str or Divergence
         A built-in name or a :class:`~mentored.Divergence` with a sympy generator.
     budget : float
-        :math:`\varepsilon \ge 0`.
+        :math:`\varepsilon \ge 0`; ``inf`` admits every point, :math:`D_f = \infty` included.
     lam, mu : float, optional
         The dual point; by default the solver's :math:`(\lambda, \mu)`, improved by a 1-D search over
         :math:`\lambda` (with :math:`\mu` optimal) when they are not finite or leave a gap (budget 0,
         non-binding budgets with :math:`f_\infty = \infty` and drafter mass off the target's support).
+        Given and finite, exactly that point is used (:func:`solve` with ``check=True`` hands its own);
+        given but not finite (the solver's :math:`\lambda = \infty`, :math:`\mu` NaN at budget 0), the
+        search is used, without solving again.
     exact : bool
         Rigorous mode (below): a proof in exact rational and interval arithmetic instead of a float check.
     tol, feas_tol : float
@@ -281,17 +297,10 @@ def certify(
         from ._solve import solve
 
         sol = solve(p, q, divergence=div, budget=budget, normalize=True)
-        lam_f, mu_f = float(sol.lam), float(sol.mu)
-        cands = []
-        if np.isfinite(lam_f) and np.isfinite(mu_f):
-            mu_t = mu_f + lam_f * dual.c if lam_f > 0 else mu_f
-            cands.append((lam_f, mu_t, dual(lam_f, mu_t)))
-        if not cands or not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
-            # Non-binding budgets with f∞ = ∞ and drafter mass off p's support: g → A* as λ → 0+.
-            cands += [(lam_t, 0.0, dual(lam_t, 0.0)) for lam_t in 10.0 ** -np.arange(6.0, 15.0, 2.0)]
-        if not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
-            cands.append(dual.best())
-        lam_v, mu_t, g = min(cands, key=lambda c: c[2])
+        lam_v, mu_t, g = _dual_point(dual, acceptance, tol, float(sol.lam), float(sol.mu))
+    elif not (math.isfinite(float(lam)) and math.isfinite(float(mu))):
+        # The solver's (λ, μ) = (∞, NaN) at budget 0: the dual optimum is not attained; search instead.
+        lam_v, mu_t, g = _dual_point(dual, acceptance, tol, math.inf, math.nan)
     else:
         lam_v = float(lam)
         mu_t = float(mu) + lam_v * dual.c if lam_v > 0 else float(mu)
@@ -301,7 +310,8 @@ def certify(
         return _certify_exact(div, p, q, x, budget, lam_v, mu_t, dual.c if lam_v > 0 else 0.0, tol, feas_tol)
     d = float(div(np.maximum(x, 0.0), p))  # the definition; negative entries count in the residual
     simplex = float(max(abs(x.sum() - 1.0), max(0.0, -float(x.min()))))
-    excess = d - budget
+    # ε = ∞ admits every point, D_f = ∞ included (∞ ≤ ∞): the residual is then 0, not ∞ − ∞.
+    excess = d - budget if np.isfinite(budget) else (0.0 if np.isinf(d) else -np.inf)
     gap = g - acceptance
     ok = bool(simplex <= feas_tol and excess <= feas_tol * (1.0 + budget) and gap <= tol)
     return Certificate(
@@ -309,6 +319,20 @@ def certify(
         simplex_residual=simplex, budget_residual=float(excess), divergence=d, budget=budget, tol=tol,
         feas_tol=feas_tol, arithmetic="float",
     )
+
+
+def _dual_point(dual, acceptance, tol, lam_f, mu_f):
+    """(λ, μ̃, g): the solver's dual point, else (non-finite, or leaving a gap) a search."""
+    cands = []
+    if np.isfinite(lam_f) and np.isfinite(mu_f):
+        mu_t = mu_f + lam_f * dual.c if lam_f > 0 else mu_f
+        cands.append((lam_f, mu_t, dual(lam_f, mu_t)))
+    if not cands or not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
+        # Non-binding budgets with f∞ = ∞ and drafter mass off p's support: g → A* as λ → 0+.
+        cands += [(lam_t, 0.0, dual(lam_t, 0.0)) for lam_t in 10.0 ** -np.arange(6.0, 15.0, 2.0)]
+    if not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
+        cands.append(dual.best())
+    return min(cands, key=lambda c: c[2])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -776,6 +800,8 @@ def _exact_dual(forms, pS, qS, qZ, has_zero, eps, lam, mu, track):
         if mu < 0:
             return math.inf
         return mu + max(Fraction(0), 1 - mu) * (sum(qS, Fraction(0)) + qZ)
+    if eps is None:  # ε = ∞: λε = ∞ for every λ > 0
+        return math.inf
     total = lam * eps + mu
     if has_zero:  # p_i = 0: q_i·max(0, 1 − k) with k = λf∞ + μ ≥ 0, else +∞ (proofs/README, theorem 8)
         if forms.finf != math.inf:
@@ -814,6 +840,19 @@ def _exact_dual(forms, pS, qS, qZ, has_zero, eps, lam, mu, track):
     return total
 
 
+def _exact_budget(budget):
+    """ε as a Fraction, or None for ε = ∞ (every point feasible; only λ = 0 bounds the dual)."""
+    budget = float(budget)
+    return None if budget == math.inf else Fraction(budget)
+
+
+def _exact_residual(d_up, eps) -> float:
+    """D_f − ε rounded up; 0 for ∞ ≤ ∞, −∞ for a finite D_f under ε = ∞."""
+    if eps is None:
+        return 0.0 if d_up == math.inf else -math.inf
+    return _round_up(d_up - eps) if d_up != math.inf else math.inf
+
+
 def _exact_distribution(v, name):
     vals = [Fraction(u) for u in v.tolist()]
     if any(u < 0 for u in vals) or not np.all(np.isfinite(v)):
@@ -831,7 +870,7 @@ def _certify_exact(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol):
     # p and q are the distributions their float entries represent, normalised exactly.
     P, Q = (_exact_distribution(v, name) for v, name in ((p, "target"), (q, "draft")))
     X = [Fraction(v) for v in x.tolist()]
-    eps = Fraction(budget)
+    eps = _exact_budget(budget)
     lam = Fraction(lam_v)
     # The untilted μ = μ̃ − λc, exactly for the (λ, μ̃) the float search found (any dual point is valid).
     mu = Fraction(mu_t) - lam * Fraction(c) if lam > 0 else Fraction(mu_t)
@@ -852,13 +891,13 @@ def _certify_exact(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol):
     xZ = sum((Xh[i] for i in zero), Fraction(0))
     d_up = _exact_divergence(forms, pS, xS, xZ, track)
     g_up = _exact_dual(forms, pS, qS, qZ, bool(zero), eps, lam, mu, track)
-    feasible = d_up != math.inf and d_up <= eps
+    feasible = eps is None or (d_up != math.inf and d_up <= eps)
     gap = g_up - acc if g_up != math.inf else math.inf
     gap_f = _round_up(gap)
     ok = bool(_round_up(simplex) <= feas_tol and feasible and gap_f <= tol)
     return Certificate(
         ok=ok, acceptance=_round_down(acc), dual_bound=_round_up(g_up), gap=gap_f, lam=float(lam), mu=float(mu),
-        simplex_residual=_round_up(simplex), budget_residual=_round_up(d_up - eps) if d_up != math.inf else math.inf,
+        simplex_residual=_round_up(simplex), budget_residual=_exact_residual(d_up, eps),
         divergence=_round_up(d_up), budget=budget, tol=tol, feas_tol=feas_tol,
         arithmetic="interval" if track.interval else "rational",
     )

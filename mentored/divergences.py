@@ -70,11 +70,13 @@ class Divergence:
     _builtin: Any = field(default=None, repr=False)  # (sympy source, tilt, f̃*) of a built-in
 
     @classmethod
-    def from_sympy(cls, f_expr, t, name=None) -> "Divergence":
-        """A divergence from a sympy generator; see :func:`mentored.symbolic.from_sympy`."""
+    def from_sympy(cls, f_expr, t, name=None, *, timeout=5.0) -> "Divergence":
+        """A divergence from a sympy generator; see :func:`mentored.symbolic.from_sympy`.
+
+        ``timeout``: seconds within which it returns or refuses (``None``: no limit)."""
         from .symbolic import from_sympy
 
-        return from_sympy(f_expr, t, name)
+        return from_sympy(f_expr, t, name, timeout=timeout)
 
     @cached_property
     def symbolic(self) -> "SymbolicInfo | None":

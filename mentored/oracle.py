@@ -21,13 +21,51 @@ the point's own feasibility residuals, measured from the definition of D_f.
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from .divergences import divergence as _divergence
 
-__all__ = ["OracleResult", "oracle_solve"]
+__all__ = [
+    "OracleResult", "oracle_solve", "OracleDisagreementWarning", "OracleSkippedWarning", "oracle_skip_reason",
+    "convex_form_error",
+]
+
+
+class OracleDisagreementWarning(UserWarning):
+    """``solve(check=True)``: the oracle's point accepts more than the solver's, by no more than the
+    oracle's own tolerance (what its infeasibility can buy), or where a certificate proves the
+    solver's point optimal. The oracle is not the judge there; the certificate is."""
+
+
+class OracleSkippedWarning(UserWarning):
+    """``solve(check=True)``: the oracle was not run on a row, for the reason stated (e.g. subnormal
+    entries, which conic solvers cannot represent after scaling)."""
+
+
+_SUBNORMAL = float(np.finfo(np.float64).tiny)  # 2.2e-308
+
+
+def oracle_skip_reason(target, draft) -> str | None:
+    """Why the convex program cannot be posed faithfully for this row, or None.
+
+    Entries below the smallest normal float (p_i = 1e-310) make the program's data overflow in either
+    scaling (π/p beyond DBL_MAX, or 1/p) or underflow in the solver's equilibration; cvxpy then
+    refuses ("Problem data contains NaN or Inf")."""
+    p = np.asarray(target, dtype=np.float64)
+    q = np.asarray(draft, dtype=np.float64)
+    for name, v in (("target", p), ("draft", q)):
+        small = (v > 0) & (v < _SUBNORMAL)
+        if small.any():
+            i = int(np.flatnonzero(small)[0])
+            return f"the {name} has a subnormal entry ({v[i]:.3g} at index {i}), which the conic solvers cannot represent"
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), 0.0)
+    if not np.all(np.isfinite(ratio)):
+        return "a ratio q_i/p_i overflows"
+    return None
 
 
 @dataclass(frozen=True)
@@ -125,6 +163,8 @@ def _sympy_cost(div, u):
             return cp.exp(tr(e.args[0]))
         if isinstance(e, sp.Abs):
             return cp.abs(tr(e.args[0]))
+        if isinstance(e, sp.Max):  # the max of convex pieces
+            return cp.maximum(*[tr(a) for a in e.args])
         raise ValueError(f"no cvxpy atom for {e}")
 
     forms = [f, sp.expand(f)]
@@ -133,6 +173,8 @@ def _sympy_cost(div, u):
     except Exception:  # not rational
         pass
     forms.append(sp.expand(sp.expand_log(f, force=True)))
+    if f.has(sp.cosh, sp.sinh):  # cosh(a) = (e^a + e^{−a})/2
+        forms.append(sp.expand(f.rewrite(sp.exp)))
     probe = np.array([0.05, 0.7, 1.0, 1.3, 4.0])
     errors = []
     for form in forms:
@@ -154,6 +196,25 @@ def _sympy_cost(div, u):
             return expr
         errors.append(f"{form} does not evaluate to f")
     raise ValueError(f"the oracle has no convex form for divergence {div.name!r} (f = {f}): " + "; ".join(errors))
+
+
+def convex_form_error(divergence) -> str | None:
+    """Why the oracle has no convex program for a user generator (no DCP form of f), or None."""
+    import cvxpy as cp
+
+    div = _divergence(divergence)
+    if div._code is not None:
+        return None
+    if div not in _FORM_ERRORS:
+        try:
+            _sympy_cost(div, cp.Variable(3, nonneg=True))
+            _FORM_ERRORS[div] = None
+        except ValueError as exc:
+            _FORM_ERRORS[div] = str(exc)
+    return _FORM_ERRORS[div]
+
+
+_FORM_ERRORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _program(div, p, q, eps, scaling):
@@ -234,7 +295,7 @@ def _run(div, p, q, budget, scaling, solver, options) -> OracleResult:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "solution may be inaccurate": reported as status
             problem.solve(solver=solver, **options)
-    except cp.error.SolverError as exc:
+    except (cp.error.SolverError, ValueError) as exc:  # ValueError: "Problem data contains NaN or Inf"
         return OracleResult(np.full_like(p, np.nan), np.nan, np.nan, f"solver_error: {exc}", label, np.nan, np.inf, np.inf)
     pi = point()
     # Measured at the point itself, clipped at 0 (solvers return −1e-12 for zeros).
@@ -259,11 +320,17 @@ def oracle_solve(target, draft, divergence, budget, *, solver=None, scaling="rat
     acceptance is a lower bound on the optimum, so the best of several is one too. If no run is
     usable, Clarabel at its defaults and SCS are tried. Solver status "optimal" alone is not
     trusted: on ill-conditioned rows Clarabel has reported it for points 2e-2 below the optimum.
+    A row the program cannot represent (:func:`oracle_skip_reason`) is not solved: its status is
+    ``"skipped: <reason>"``.
     """
     p = np.asarray(target, dtype=np.float64)
     q = np.asarray(draft, dtype=np.float64)
     div = _divergence(divergence)
     budget = float(budget)
+    skip = oracle_skip_reason(p, q)
+    if skip is not None:
+        nan = np.full_like(p, np.nan)
+        return OracleResult(nan, np.nan, np.nan, f"skipped: {skip}", "none", np.nan, np.inf, np.inf)
     if solver is not None:
         return _run(div, p, q, budget, scaling, solver, solver_options)
     result = None

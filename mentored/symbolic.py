@@ -8,12 +8,19 @@ and the oracle accept wherever a built-in name is accepted. It checks the two co
 
     f(1) = 0, \qquad f \text{ convex on } (0, \infty),
 
-symbolically where sympy decides :math:`f'' \ge 0` (or :math:`f` is a positive combination of
-:math:`|a t + b|` and a part with :math:`f'' \ge 0`), and otherwise by a dense numeric check on a
-log-spaced grid, which is then reported (``convexity_check == "numeric"`` and a
-:class:`NumericCheckWarning`). It derives :math:`f', f''`, :math:`f(0^+)`,
-:math:`f_\infty = \lim f(t)/t`, :math:`f''(1)`, a subgradient :math:`c \in \partial f(1)` (the tilt of
-the core, generators.hpp), the convex conjugate
+and that :math:`f` is finite and real on :math:`(0, \infty)`. Non-smooth generators built from
+``Abs``, ``Max``, ``Min``, ``Piecewise``, ``Heaviside`` and ``sign`` are split into smooth pieces on
+intervals of :math:`(0, \infty)`; :math:`f` is proved convex when sympy decides :math:`f'' \ge 0` on
+every piece, continuity at every kink and :math:`f'(b^-) \le f'(b^+)` there. Where sympy cannot decide,
+a numeric check over the whole half-line takes over (``convexity_check == "numeric"`` and a
+:class:`NumericCheckWarning`): a grid in :math:`\log t` over :math:`[10^{-300}, 10^{300}]`, a grid
+uniform in :math:`u = t/(1+t) \in (0, 1)`, and the neighbourhood of every kink and singularity sympy
+reports (zeros of the arguments of ``Abs``, ``Max``, ``Heaviside``, of ``Piecewise`` conditions, of
+logarithms and denominators). A violation found in floating point is confirmed in high precision
+before :math:`f` is refused, and the refusal names the property and the point.
+
+It derives :math:`f', f''`, :math:`f(0^+)`, :math:`f_\infty = \lim f(t)/t`, :math:`f''(1)`, a
+subgradient :math:`c \in \partial f(1)` (the tilt of the core, generators.hpp), the convex conjugate
 
 .. math::
 
@@ -22,11 +29,35 @@ the core, generators.hpp), the convex conjugate
 
 symbolically where sympy solves the stationarity equation :math:`f'(t) = y` (else by bisection on
 :math:`f'`), the inverse derivative :math:`(f')^{-1}`, and the swapped generator :math:`t f(1/t)`
-(:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`). Each is compiled to a vectorised numpy callable.
+(:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`). Each is compiled to a vectorised numpy callable; where
+:math:`f` is not differentiable, :math:`f'` returns a subgradient.
+
+Time limit
+----------
+:func:`from_sympy` returns or refuses within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`, 5 s;
+``None`` for no limit). Each symbolic step (a limit, a simplification, the convexity proof, the
+conjugate) runs under a share of the limit; a step that runs out is treated as undecided and its
+numeric fallback is used. If the whole analysis runs out, :class:`SymbolicTimeoutError` (a
+``ValueError``) names the step it was in. Mechanism: in the main thread of a POSIX process whose
+``SIGALRM`` is unused, a ``signal.setitimer`` alarm ticking every 20 ms raises an internal exception in
+the sympy code once the deadline has passed (the previous handler and timer are restored); elsewhere
+(other threads, Windows, a ``SIGALRM`` in use) a ``sys.setprofile`` hook of the calling thread (and
+of it alone) checks the deadline at every Python and C function call, which costs about two to three
+times the time. Both interrupt between calls only: one non-interruptible C operation (a huge integer
+power) overruns by its own duration. No thread or process is started: a worker thread could not be
+stopped, and a forked process could not hand back the compiled callables (and forks badly in a
+multithreaded caller).
+Sympy's caches stay consistent; an interrupted assumption query may stay undecided (``None``, which
+is always sound) on the expression objects involved.
 """
 
 from __future__ import annotations
 
+import math
+import signal
+import sys
+import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -36,13 +67,17 @@ import sympy as sp
 
 from .divergences import NumericCheckWarning
 
-__all__ = ["NumericCheckWarning", "SymbolicInfo", "from_sympy", "analyse"]
+__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "from_sympy", "analyse"]
+
+DEFAULT_TIMEOUT = 5.0  # seconds: from_sympy returns or refuses within this (see the module docstring)
+
+
+class SymbolicTimeoutError(ValueError):
+    """:func:`from_sympy` ran out of its time limit before it could decide a property of ``f``."""
 
 
 Y = sp.Symbol("y", real=True)
 
-# Where numeric checks look: 12 decades each side of 1, denser near 1 where f is second order.
-_GRID = np.unique(np.concatenate([np.logspace(-6, 6, 6001), 1.0 + np.linspace(-0.5, 0.5, 2001)]))
 _SERIES_RADIUS = 1e-3  # |t − 1| below which the tilted f is summed from its Taylor series
 _SERIES_ORDER = 8
 
@@ -72,6 +107,7 @@ class SymbolicInfo:
         certificate work with :math:`\tilde f(t) = f(t) - c(t - 1) \ge 0`, :math:`\tilde f_\infty = f_\infty - c`,
         which define the same :math:`D_f` on the simplex and carry no cancellation near :math:`\pi = p`.
     convexity_check : {"symbolic", "numeric"}
+        How convexity was established: proved by sympy, or checked numerically over the half-line.
     conjugate_expr : sympy or None
         :math:`f^*(y)` as a ``Piecewise`` in ``y`` (including ``-f(0)`` below :math:`f'(0^+)` and
         ``oo`` outside the domain), or None when sympy could not solve :math:`f'(t) = y`.
@@ -118,14 +154,25 @@ class SymbolicInfo:
 # Numeric helpers
 
 
+_NP_MAX, _NP_MIN = sp.Function("mentored_max"), sp.Function("mentored_min")
+_NP_FUNCS = {
+    "mentored_max": lambda *a: np.maximum.reduce(np.broadcast_arrays(*a)),
+    "mentored_min": lambda *a: np.minimum.reduce(np.broadcast_arrays(*a)),
+}
+
+
 def _lambdify(expr, sym):
     """A vectorised float callable; warnings of intermediate NaNs are the callers' business."""
-    fn = sp.lambdify(sym, expr, modules="numpy")
+    # Max/Min as plain calls: sympy's code printer would rewrite them first (seconds, for nested ones).
+    expr = sp.sympify(expr).replace(sp.Max, _NP_MAX).replace(sp.Min, _NP_MIN)
+    fn = sp.lambdify(sym, expr, modules=[_NP_FUNCS, "numpy"])
 
     def call(x):
         x = np.asarray(x, dtype=np.float64)
         with np.errstate(all="ignore"):
-            out = fn(x)
+            out = np.asarray(fn(x))
+            if np.iscomplexobj(out):  # a branch of a root: real only where the imaginary part vanishes
+                out = np.where(out.imag == 0, out.real, np.nan)
         return np.broadcast_to(np.asarray(out, dtype=np.float64), x.shape).copy()
 
     return call
@@ -187,45 +234,395 @@ def numeric_conjugate(f, fprime, fprime0, f0, f_inf):
     return conj
 
 
-def _numeric_convexity(f_num) -> str | None:
-    """None if f is convex on the grid to rounding, else a description of the violation."""
-    t = _GRID
-    v = f_num(t)
-    if not np.all(np.isfinite(v)):
-        bad = t[~np.isfinite(v)][0]
-        return f"f is not finite at t = {bad:.6g}"
-    slopes = np.diff(v) / np.diff(t)
-    drop = slopes[:-1] - slopes[1:]  # > 0 where the slope decreases
-    scale = 1e-9 * (np.abs(slopes[:-1]) + np.abs(slopes[1:]) + 1e-300) + 1e-12 * (np.abs(v[1:-1]) + 1) / np.diff(t)[1:]
-    worst = int(np.argmax(drop - scale))
-    if drop[worst] > scale[worst]:
-        return f"the slope of f decreases near t = {t[worst + 1]:.6g} (from {slopes[worst]:.6g} to {slopes[worst + 1]:.6g})"
+# ---------------------------------------------------------------------------------------------
+# Time limits (see the module docstring)
+
+_TICK = 0.02  # seconds between alarm ticks
+
+
+class _Expired(BaseException):
+    """Raised into the sympy code when a deadline has passed; a BaseException, so that sympy's own
+    ``except Exception`` clauses do not swallow it. ``level`` is the index of the deadline in the stack."""
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.level = level
+
+
+class _Clock(threading.local):
+    def __init__(self):
+        self.stack = []  # nested deadlines (time.monotonic), innermost last
+        self.delivered = {}  # level -> when _Expired was last raised for it
+        self.mode = None  # "signal" or "profile" while a deadline is armed
+        self.saved = None  # the SIGALRM handler or the profile function in place before
+
+
+_CLOCK = _Clock()
+
+
+_REDELIVER = 0.5  # seconds before an expiry is raised again (were it swallowed by a bare except)
+
+
+def _expired_level():
+    """The outermost expired level, once per _REDELIVER seconds: the unwinding code (except/finally
+    clauses) is not hit by a second delivery while it runs."""
+    now = time.monotonic()
+    for i, d in enumerate(_CLOCK.stack):
+        if now >= d:
+            if now - _CLOCK.delivered.get(i, -math.inf) < _REDELIVER:
+                return None
+            _CLOCK.delivered[i] = now
+            return i
     return None
+
+
+def _on_alarm(signum, frame):
+    level = _expired_level()
+    if level is not None:
+        raise _Expired(level)
+
+
+def _on_call(frame, event, arg):
+    if _CLOCK.stack:
+        level = _expired_level()
+        if level is not None:
+            raise _Expired(level)
+    chained = _CLOCK.saved
+    if chained is not None and chained is not _on_call:
+        chained(frame, event, arg)
+
+
+def _signal_usable() -> bool:
+    return (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    )
+
+
+def _reset_if_stale():
+    """Undo an arming left behind (an expiry delivered in the instant of disarming)."""
+    if _CLOCK.stack:
+        return
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        if signal.getsignal(signal.SIGALRM) is _on_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
+            saved = _CLOCK.saved if _CLOCK.mode == "signal" and _CLOCK.saved is not _on_alarm else signal.SIG_DFL
+            signal.signal(signal.SIGALRM, saved)
+    if sys.getprofile() is _on_call:
+        saved = _CLOCK.saved if _CLOCK.mode == "profile" and _CLOCK.saved is not _on_call else None
+        sys.setprofile(saved)
+    _CLOCK.mode = _CLOCK.saved = None
+    _CLOCK.delivered.clear()
+
+
+def _arm():
+    if _signal_usable():
+        _CLOCK.mode, _CLOCK.saved = "signal", signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, _TICK, _TICK)
+    else:
+        _CLOCK.mode, _CLOCK.saved = "profile", sys.getprofile()
+        sys.setprofile(_on_call)
+
+
+def _disarm():
+    if _CLOCK.mode == "signal":
+        signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)  # no tick after this, then the old handler
+        signal.signal(signal.SIGALRM, _CLOCK.saved)
+    elif _CLOCK.mode == "profile":
+        sys.setprofile(_CLOCK.saved)
+    _CLOCK.mode = _CLOCK.saved = None
+
+
+def _bounded(seconds, fn, *args):
+    """``(True, fn(*args))``, or ``(False, None)`` when ``seconds`` ran out first.
+
+    Nests: an inner limit never outlives the one around it, and an outer expiry unwinds through it."""
+    stack = _CLOCK.stack
+    if seconds is None and not stack:
+        return True, fn(*args)
+    deadline = time.monotonic() + (math.inf if seconds is None else seconds)
+    if stack:
+        deadline = min(deadline, stack[-1])
+    level = len(stack)
+    if level == 0:
+        _reset_if_stale()
+        _arm()
+    stack.append(deadline)
+    _CLOCK.delivered.pop(level, None)
+    try:
+        return True, fn(*args)
+    except _Expired as exc:
+        if exc.level < level:
+            raise
+        return False, None
+    finally:
+        del stack[level:]
+        if level == 0:
+            _disarm()
+        elif _CLOCK.mode == "profile" and sys.getprofile() is not _on_call:
+            sys.setprofile(_on_call)  # a profile function that raises is unset by the interpreter
+
+
+class _Budget:
+    """The time limit of one analysis: a share of it per symbolic step, the rest for the numerics."""
+
+    def __init__(self, timeout):
+        self.timeout = timeout
+        self.start = time.monotonic()
+        self.stage = "starting"
+        self.notes = []  # what was checked numerically, for the NumericCheckWarning
+
+    def step(self):
+        if self.timeout is None:
+            return None
+        left = self.timeout - (time.monotonic() - self.start)
+        return min(0.5 * self.timeout, left - 0.2 * self.timeout)
+
+
+def _sym(budget, fn, *args):
+    """``fn(*args)`` under a step's share of the limit; None where it ran out or sympy failed (undecided)."""
+    seconds = budget.step()
+    if seconds is not None and seconds <= 0:
+        return None
+    try:
+        ok, value = _bounded(seconds, fn, *args)
+    except Exception:  # sympy's internal errors (NotImplementedError, TypeError, ...) decide nothing
+        return None
+    return value if ok else None
+
+
+def _num(fn, *args):
+    """A numeric step (high-precision evaluation): bounded by the whole limit only; None on failure."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# High-precision evaluation (to confirm what floating point suggests)
+
+_NONSMOOTH = (sp.Abs, sp.Max, sp.Min, sp.Piecewise, sp.Heaviside, sp.sign)
+
+
+def _hp(expr, t, x, digits=30):
+    """expr at the exact binary value of x, to ``digits`` digits: a float-like sympy number, or None
+    where it is not a finite real number."""
+    try:
+        v = expr.subs(t, sp.Rational(float(x)) if not isinstance(x, sp.Basic) else x)
+        v = sp.N(v, digits)
+        if v.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or not v.is_number:
+            return None
+        re, im = v.as_real_imag()
+        if im != 0 and abs(im) > 1e-25 * (1 + abs(re)):
+            return None
+        return sp.Float(re, digits)
+    except (TypeError, ValueError, ArithmeticError):  # not a number sympy can evaluate
+        return None
+
+
+def _confirmed_negative(expr, t, x) -> bool:
+    """expr(x) < 0 at two precisions that agree: a sign that is not a rounding artefact."""
+    a, b = _hp(expr, t, x, 30), _hp(expr, t, x, 60)
+    return a is not None and b is not None and a < 0 and b < 0 and abs(a - b) <= 0.1 * abs(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# The numeric checks, over the whole half-line
+
+
+def _special_points(f, t, budget) -> list[float]:
+    """Kinks and singularities sympy reports: zeros in (0, ∞) of the arguments of Abs, sign,
+    Heaviside, of Max/Min differences, Piecewise conditions, logarithms and denominators."""
+    cands = []
+    for a in f.atoms(sp.Abs, sp.sign, sp.Heaviside, sp.log):
+        cands.append(a.args[0])
+    for a in f.atoms(sp.Max, sp.Min):
+        cands += [x - y for i, x in enumerate(a.args) for y in a.args[i + 1:]]
+    for a in f.atoms(sp.Piecewise):
+        for _, cond in a.args:
+            for rel in cond.atoms(sp.Rel):
+                cands.append(rel.lhs - rel.rhs)
+    for a in f.atoms(sp.Pow):
+        if a.exp.is_negative or (a.exp.is_Rational and not a.exp.is_integer):
+            cands.append(a.base)
+    points = set()
+    for c in cands[:24]:
+        if t not in c.free_symbols:
+            continue
+        roots = _sym(budget, sp.solve, c, t)
+        for r in roots or ():
+            try:
+                v = complex(sp.N(r))
+            except (TypeError, ValueError):
+                continue
+            if v.imag == 0 and 0 < v.real < 1e300:
+                points.add(float(v.real))
+    return sorted(points)[:64]
+
+
+def _grid(points) -> np.ndarray:
+    """(0, ∞) through t = u/(1 − u) and log t: both tails to 1e∓300, dense near 1 and every point."""
+    u = np.linspace(0.0, 1.0, 2002)[1:-1]
+    near = 10.0 ** -np.linspace(1.0, 12.0, 56)
+    parts = [
+        np.logspace(-300, -6, 1471), np.logspace(-6, 6, 6001), np.logspace(6, 300, 1471),
+        1.0 + np.linspace(-0.5, 0.5, 2001), u / (1.0 - u), 1.0 + np.concatenate([near, -near]),
+    ]
+    for b in points:
+        parts.append(np.array([b]))
+        parts.append(b * (1.0 + np.concatenate([near, -near])))
+    g = np.unique(np.concatenate(parts))
+    return g[(g > 0) & np.isfinite(g)]
+
+
+_GRID = _grid([])
+
+
+def _finite_mask(f, t, grid, vals, budget) -> np.ndarray:
+    """Where f is finite in floating point. A run of non-finite values is a float overflow when f is
+    finite and real there in high precision (kept out of the float checks), else f is refused."""
+    bad = ~np.isfinite(vals)
+    if not bad.any():
+        return ~bad
+    idx = np.flatnonzero(bad)
+    runs = np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
+    probes = []
+    for r in runs[:8]:
+        probes += sorted({int(r[0]), int(r[len(r) // 2]), int(r[-1])})
+    for i in probes:
+        x = float(grid[i])
+        budget.stage = f"checking that f is finite and real at t = {x:.6g}"
+        v = _num(_hp, f, t, x)
+        if v is None:
+            raise ValueError(f"f must be finite and real on (0, ∞); it is not at t = {x:.6g}")
+    if len(runs) > 8:
+        raise ValueError(f"f must be finite and real on (0, ∞); it is not at t = {float(grid[runs[8][0]]):.6g}")
+    return ~bad  # float overflow of a finite f: not a property of f, and not reported
+
+
+def _refute_convexity(f, t, f2, grid, vals, ok, budget) -> str | None:
+    """A confirmed point where f is not convex, described, or None. Two witnesses: secant slopes that
+    decrease on the grid, and f'' < 0 at a grid point; each confirmed in high precision."""
+    x, v = grid[ok], vals[ok]
+    if x.size >= 3:
+        with np.errstate(all="ignore"):
+            slopes = np.diff(v) / np.diff(x)
+            drop = slopes[:-1] - slopes[1:]
+            scale = 1e-9 * (np.abs(slopes[:-1]) + np.abs(slopes[1:]) + 1e-300) + 1e-12 * (np.abs(v[1:-1]) + 1) / np.diff(x)[1:]
+            excess = np.where(np.isfinite(drop - scale), drop - scale, -np.inf)
+        for k in np.argsort(-excess)[:6]:
+            if not excess[k] > 0:
+                break
+            a, b, c = (float(x[k + j]) for j in range(3))
+            budget.stage = f"confirming a decreasing slope of f near t = {b:.6g}"
+            fa, fb, fc = (_num(_hp, f, t, s, 40) for s in (a, b, c))
+            if None in (fa, fb, fc):
+                continue
+            s1 = (fb - fa) / (sp.Rational(b) - sp.Rational(a))
+            s2 = (fc - fb) / (sp.Rational(c) - sp.Rational(b))
+            if s1 - s2 > sp.Float(1e-25, 40) * (abs(s1) + abs(s2)):
+                return f"the slope of f decreases near t = {b:.6g} (from {float(s1):.6g} to {float(s2):.6g})"
+    if f2 is not None:
+        try:
+            f2n = _lambdify(f2, t)
+            with np.errstate(all="ignore"):
+                d2 = f2n(grid)
+        except Exception:
+            d2 = None
+        if d2 is not None:
+            neg = np.flatnonzero(np.isfinite(d2) & (d2 < 0))
+            for k in neg[np.argsort(d2[neg])][:6]:
+                b = float(grid[k])
+                budget.stage = f"confirming f'' < 0 at t = {b:.6g}"
+                if _num(_confirmed_negative, f2, t, b):
+                    return f"f''({b:.6g}) = {float(_hp(f2, t, b)):.6g} < 0"
+    return None
+
+
+def _series_limit(expr, t, at_inf, budget):
+    """lim expr at 0+ or ∞ from high-precision values at t = 2^(∓2^j), j = 3..11; None if undecided.
+
+    Used only for monotone quantities of a convex f (f near 0 and ∞, f(t)/t, f'), whose values
+    settle geometrically to a finite limit or keep growing."""
+    vals = []
+    for j in range(3, 12):
+        x = sp.Integer(2) ** (2**j) if at_inf else sp.Rational(1, 2 ** (2**j))
+        v = _num(_hp_signed_inf, expr, t, x)
+        if v is None:
+            return None
+        vals.append(v)
+    if all(math.isinf(v) for v in vals[-2:]) and vals[-1] == vals[-2]:
+        return vals[-1]
+    if any(math.isinf(v) for v in vals):
+        return None
+    d = np.diff(vals)
+    if np.all(d[-4:] > 0) and np.all(d[-3:] >= 0.9 * d[-4:-1]):
+        return math.inf
+    if np.all(d[-4:] < 0) and np.all(d[-3:] <= 0.9 * d[-4:-1]):
+        return -math.inf
+    if abs(d[-1]) <= 1e-13 * (1 + abs(vals[-1])) and abs(d[-1]) <= 0.6 * abs(d[-2]) + 1e-300:
+        return float(vals[-1])
+    return None
+
+
+def _hp_signed_inf(expr, t, x):
+    v = sp.N(expr.subs(t, x), 30)
+    if v in (sp.oo, -sp.oo):
+        return float(v)
+    if v.has(sp.zoo, sp.nan) or not v.is_number:
+        return None
+    re, im = v.as_real_imag()
+    if im != 0:
+        return None
+    try:
+        return float(re)  # ±inf beyond the float range
+    except (OverflowError, TypeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
 # Symbolic steps
 
 
-def _kink_split(f, t):
-    """f = Σ c_k |a_k t + b_k| (c_k > 0) + smooth rest, or None if f has other non-smooth parts."""
-    kinks, rest = [], sp.Integer(0)
-    for term in sp.Add.make_args(sp.expand(f)):
-        coeff, factors = term.as_coeff_mul()
-        absf = [x for x in factors if isinstance(x, sp.Abs)]
-        if not absf:
-            rest += term
-            continue
-        others = sp.Mul(*[x for x in factors if not isinstance(x, sp.Abs)])
-        inner = absf[0].args[0]
-        if len(absf) != 1 or others.free_symbols or not (coeff * others).is_positive:
+def _off_kinks(e):
+    """e with DiracDelta terms dropped: the derivative away from the kinks, where a continuous f's
+    derivatives carry them (e.g. (t − 1)·δ(t − 1) in the derivative of (t − 1)·H(t − 1))."""
+    return e.replace(lambda x: isinstance(x, sp.DiracDelta), lambda x: sp.S.Zero)
+
+
+def _pieces(f, t):
+    """``[(expr, lo, hi)]``: smooth pieces of f on consecutive open intervals covering (0, ∞) but for
+    finitely many points, from f rewritten as a Piecewise; None where the split is not decidable."""
+    if not f.has(*_NONSMOOTH):
+        return [(f, sp.Integer(0), sp.oo)]
+    g = sp.piecewise_fold(f.rewrite(sp.Piecewise))
+    if not isinstance(g, sp.Piecewise):
+        return None if g.has(*_NONSMOOTH) else [(g, sp.Integer(0), sp.oo)]
+    out = []
+    for expr, s in g.as_expr_set_pairs(sp.Interval.open(0, sp.oo)):
+        if expr.has(*_NONSMOOTH):
             return None
-        if sp.degree(inner, t) != 1 or not inner.is_polynomial(t):
-            return None
-        kinks.append((coeff * others, inner))
-    if rest.has(sp.Abs, sp.Max, sp.Min, sp.Piecewise, sp.sign, sp.Heaviside):
+        for part in s.args if isinstance(s, sp.Union) else (s,):
+            if isinstance(part, sp.FiniteSet) or part is sp.S.EmptySet:
+                continue
+            if not isinstance(part, sp.Interval) or part.measure == 0:
+                return None
+            out.append((expr, part.start, part.end))
+    out.sort(key=lambda p: float(p[1]))
+    merged = []
+    for e, lo, hi in out:
+        if merged and merged[-1][2] == lo and sp.simplify(merged[-1][0] - e) == 0:
+            merged[-1] = (merged[-1][0], merged[-1][1], hi)
+        else:
+            merged.append((e, lo, hi))
+    if not merged or merged[0][1] != 0 or merged[-1][2] != sp.oo:
         return None
-    return kinks, rest
+    if any(a[2] != b[1] for a, b in zip(merged, merged[1:])):
+        return None
+    return merged
 
 
 def _nonnegative(e, t) -> bool | None:
@@ -241,27 +638,67 @@ def _nonnegative(e, t) -> bool | None:
     return e2.is_nonnegative
 
 
-def _convexity(f, t, f_num) -> str:
-    """'symbolic' or 'numeric'; ValueError when f is not convex."""
-    split = _kink_split(f, t)
-    if split is not None:
-        _, smooth = split
-        verdict = _nonnegative(sp.diff(smooth, t, 2), t)
-        if verdict is True:
-            return "symbolic"
-        if verdict is False:
-            raise ValueError(f"f is not convex on (0, ∞): f''(t) = {sp.simplify(sp.diff(smooth, t, 2))} is negative")
-    problem = _numeric_convexity(f_num)
-    if problem is not None:
-        raise ValueError(f"f is not convex on (0, ∞): {problem}")
-    return "numeric"
+def _nonnegative_on(e, t, lo, hi) -> bool | None:
+    """Whether e ≥ 0 on the open interval (lo, hi) ⊂ (0, ∞), through a substitution onto s > 0."""
+    s = sp.Symbol("s", positive=True)
+    if lo == 0 and hi == sp.oo:
+        return _nonnegative(e, t)
+    if hi == sp.oo:
+        return _nonnegative(e.subs(t, lo + s), s)
+    return _nonnegative(e.subs(t, lo + (hi - lo) / (1 + s)), s)
 
 
-def _one_sided(fp, t, side):
-    try:
-        return _float(sp.limit(fp, t, 1, side))
-    except Exception:
-        return float("nan")
+def _side(e, t, b, side):
+    """The one-sided value of the smooth piece e at b: e(b), or its limit where e(b) is not finite."""
+    v = e.subs(t, b)
+    if v.has(sp.zoo, sp.nan, sp.oo, -sp.oo) or not v.is_finite:
+        v = sp.limit(e, t, b, side)
+    return v
+
+
+def _prove_convex(f, t, pieces):
+    """True (proved), None (undecided) or a description of the failure (proved not convex)."""
+    verdict = True
+    for e, lo, hi in pieces:
+        d2 = sp.diff(e, t, 2)
+        r = _nonnegative_on(d2, t, lo, hi)
+        if r is False:
+            where = "(0, ∞)" if (lo == 0 and hi == sp.oo) else f"({lo}, {hi})"
+            return f"f''(t) = {sp.simplify(d2)} is negative on {where}"
+        if r is None:
+            verdict = None
+    for (e1, _, b), (e2, _, _) in zip(pieces, pieces[1:]):
+        v1, v2, vb = _side(e1, t, b, "-"), _side(e2, t, b, "+"), f.subs(t, b)
+        for a, c, what in ((v1, v2, f"f(t) jumps at t = {b} from {v1} to {v2}"), (vb, v1, f"f({b}) = {vb} is not the limit {v1}")):
+            z = sp.simplify(a - c).is_zero
+            if z is False:
+                return what
+            if z is None:
+                verdict = None
+        d1, d2 = _side(sp.diff(e1, t), t, b, "-"), _side(sp.diff(e2, t), t, b, "+")
+        r = sp.simplify(d2 - d1).is_nonnegative
+        if r is False:
+            return f"the slope of f drops at t = {b}: f'({b}−) = {d1} > f'({b}+) = {d2}"
+        if r is None:
+            verdict = None
+    return verdict
+
+
+def _at_one(pieces, t):
+    """(left piece, right piece, whether 1 is interior to a piece with no kink within 1e-3)."""
+    for k, (e, lo, hi) in enumerate(pieces):
+        if lo < 1 < hi:
+            return e, e, bool(lo <= sp.Rational(999, 1000) and hi >= sp.Rational(1001, 1000))
+        if hi == 1:
+            return e, pieces[k + 1][0], False
+    return None, None, False
+
+
+def _one_sided(f, t, side):
+    """f'(1−) or f'(1+) from high-precision difference quotients (fallback where sympy gave none)."""
+    h = sp.Rational(1, 10**25) * (1 if side == "+" else -1)
+    a, b = _hp(f, t, 1 + h, 60), _hp(f, t, sp.Integer(1), 60)
+    return float("nan") if a is None or b is None else float((a - b) / h)
 
 
 def _conjugate(f, fp, t, f0, fprime0, f_inf):
@@ -274,6 +711,8 @@ def _conjugate(f, fp, t, f0, fprime0, f_inf):
         return None, None, None
     inverse = None
     for s in sols:
+        if s.is_real is False:
+            continue
         try:
             inv = _lambdify(s, Y)
             ok = all(abs(float(inv(fd(np.array(x)))) - x) <= 1e-9 * (1 + x) for x in samples)
@@ -304,11 +743,48 @@ def _conjugate(f, fp, t, f0, fprime0, f_inf):
     return sp.Piecewise(*pieces), end, inverse
 
 
-def analyse(f_expr, t, *, conjugate_expr=None) -> SymbolicInfo:
+def _check_at_one(f, t, budget):
+    """f(1) = 0 exactly: decided by sympy, else to 60 digits (reported)."""
+    try:
+        at1 = f.subs(t, 1)
+    except (ValueError, TypeError, ArithmeticError) as exc:  # e.g. Max of a non-comparable zoo
+        raise ValueError(f"f(1) = 0 fails: f(1) is not defined ({exc})") from None
+    z = at1.is_zero
+    if z is None:
+        simp = _sym(budget, sp.simplify, at1)
+        z = None if simp is None else simp.is_zero
+    if z is False:
+        raise ValueError(f"f(1) = 0 fails: f(1) = {at1}")
+    if z is None:
+        v = _num(_hp, at1, t, sp.Integer(1), 60)
+        if v is None or abs(v) > 1e-50:
+            raise ValueError(f"f(1) = 0 fails: f(1) = {at1} ≈ {v}")
+        budget.notes.append("f(1) = 0 was checked to 60 digits (sympy could not decide it)")
+
+
+def _limit(budget, name, expr, t, point, side):
+    """A limit as a float: sympy's, else the numeric one (reported), else ValueError naming it."""
+    budget.stage = f"taking the limit {name}"
+
+    def symbolic():
+        return _float(sp.limit(expr, t, point, side))
+
+    v = _sym(budget, symbolic)
+    if v is None:
+        v = _series_limit(expr, t, point == sp.oo, budget)
+        if v is None:
+            raise ValueError(f"could not determine the limit {name} of f (sympy could not, and the values do not settle)")
+        budget.notes.append(f"{name} = {v:.6g} was found numerically")
+    return v
+
+
+def analyse(f_expr, t, *, conjugate_expr=None, timeout=None) -> SymbolicInfo:
     """Validate ``f_expr`` as a generator and derive everything :class:`SymbolicInfo` lists.
 
     ``conjugate_expr`` (a ``Piecewise`` in :data:`Y`) overrides the derivation, for generators whose
     conjugate sympy cannot solve but which is known and checked elsewhere (``tv``: proofs/).
+    ``timeout`` (seconds, None for none) bounds the whole analysis (see the module docstring);
+    :class:`SymbolicTimeoutError` when it runs out.
     """
     if not isinstance(t, sp.Symbol) or t.is_positive is not True:
         raise ValueError("t must be a sympy Symbol declared positive, e.g. sympy.Symbol('t', positive=True)")
@@ -316,58 +792,137 @@ def analyse(f_expr, t, *, conjugate_expr=None) -> SymbolicInfo:
     extra = f.free_symbols - {t}
     if extra:
         raise ValueError(f"f has free symbols other than t: {sorted(map(str, extra))}")
-    at1 = sp.simplify(f.subs(t, 1))
-    if at1 != 0:
-        try:
-            near = abs(complex(at1.evalf())) < 1e-300
-        except TypeError:
-            near = False
-        if not near:
-            raise ValueError(f"f(1) = 0 fails: f(1) = {at1}")
-    f_raw = _lambdify(f, t)
-    # Finite and real on (0, ∞): checked on the grid (a symbolic domain check is rarely decidable).
-    with np.errstate(all="ignore"):
-        vals = f_raw(_GRID)
-    if not np.all(np.isfinite(vals)):
-        raise ValueError(f"f must be finite and real on (0, ∞); it is not at t = {_GRID[~np.isfinite(vals)][0]:.6g}")
-    check = _convexity(f, t, f_raw)
-    if check == "numeric":
-        warnings.warn(
-            f"convexity of f = {f} was checked numerically on a grid over [1e-6, 1e6] (sympy could not decide f'' ≥ 0)",
-            NumericCheckWarning,
-            stacklevel=3,
-        )
-    fp = sp.diff(f, t)
-    f2 = sp.simplify(sp.diff(f, t, 2))
+    if timeout is not None:
+        timeout = float(timeout)
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
+    budget = _Budget(timeout)
     try:
-        f0 = _float(sp.limit(f, t, 0, "+"))
-        f_inf = _float(sp.limit(f / t, t, sp.oo))
-        f_at_inf = _float(sp.limit(f, t, sp.oo))
-        fprime0 = _float(sp.limit(fp, t, 0, "+"))
-    except (ValueError, NotImplementedError) as exc:
-        raise ValueError(f"could not determine the limits f(0+), f∞ = lim f(t)/t of f = {f}: {exc}") from None
-    left, right = _one_sided(fp, t, "-"), _one_sided(fp, t, "+")
+        ok, info = _bounded(timeout, _analyse, f, t, conjugate_expr, budget)
+    except _Expired:  # an expiry delivered in the instant the limits were being unwound
+        ok, info = False, None
+    except ValueError:
+        raise
+    except Exception as exc:  # sympy's internal errors outside the steps that fall back
+        raise ValueError(f"could not analyse f = {f} (while {budget.stage}): {type(exc).__name__}: {exc}") from exc
+    finally:
+        _reset_if_stale()
+    if not ok:
+        raise SymbolicTimeoutError(
+            f"f = {f} was neither accepted nor refused within the time limit of {timeout:g} s "
+            f"(it was {budget.stage}); pass a larger timeout= to wait longer"
+        )
+    if budget.notes:
+        warnings.warn(f"for f = {f}: " + "; ".join(budget.notes), NumericCheckWarning, stacklevel=3)
+    return info
+
+
+def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
+    budget.stage = "checking f(1) = 0"
+    _check_at_one(f, t, budget)
+    budget.stage = "splitting f into smooth pieces"
+    pieces = _sym(budget, _pieces, f, t)
+    budget.stage = "locating kinks and singularities"
+    if pieces is not None:
+        points = sorted({float(p[1]) for p in pieces[1:]})
+        if not f.has(*_NONSMOOTH):
+            points = sorted(set(points) | set(_special_points(f, t, budget)))
+    else:
+        points = _special_points(f, t, budget)
+    try:
+        f_raw = _lambdify(f, t)
+    except Exception as exc:
+        raise ValueError(f"f = {f} cannot be evaluated numerically: {exc}") from None
+    budget.stage = "checking that f is finite and real on (0, ∞)"
+    grid = _grid(points)
+    with np.errstate(all="ignore"):
+        vals = f_raw(grid)
+    ok = _finite_mask(f, t, grid, vals, budget)
+
+    budget.stage = "differentiating f"
+    fp = sp.diff(f, t)
+    f2_raw = sp.diff(fp, t)
+    f2_ae = _off_kinks(f2_raw)
+    budget.stage = "looking for a point where f is not convex"
+    problem = _refute_convexity(f, t, f2_ae, grid, vals, ok, budget)
+    if problem is not None:
+        raise ValueError(f"f is not convex on (0, ∞): {problem}")
+    budget.stage = "proving convexity (f'' ≥ 0 on every smooth piece, slopes increasing at every kink)"
+    verdict = None if pieces is None else _sym(budget, _prove_convex, f, t, pieces)
+    if isinstance(verdict, str):
+        raise ValueError(f"f is not convex on (0, ∞): {verdict}")
+    check = "symbolic" if verdict is True else "numeric"
+    if check == "numeric":
+        budget.notes.append(
+            "convexity was checked numerically over (0, ∞) on a grid from 1e-300 to 1e300 and around every "
+            "kink and singularity (sympy could not decide f'' ≥ 0)"
+        )
+
+    first = pieces[0][0] if pieces else f
+    last = pieces[-1][0] if pieces else f
+    f0 = _limit(budget, "f(0+)", first, t, 0, "+")
+    f_inf = _limit(budget, "f∞ = lim f(t)/t", last / t, t, sp.oo, "-")
+    f_at_inf = _limit(budget, "lim f(t) at ∞", last, t, sp.oo, "-")
+    fprime0 = _limit(budget, "f'(0+)", sp.diff(first, t), t, 0, "+")
+
+    budget.stage = "taking the one-sided derivatives at 1"
+    e_left, e_right, interior = _at_one(pieces, t) if pieces else (None, None, False)
+
+    def derivative_at_1(e):
+        return _float(_side(sp.diff(e, t), t, sp.Integer(1), "+"))
+
+    left = _sym(budget, derivative_at_1, e_left) if e_left is not None else None
+    right = _sym(budget, derivative_at_1, e_right) if e_right is not None else None
+    left = _one_sided(f, t, "-") if left is None else left
+    right = _one_sided(f, t, "+") if right is None else right
     tilt = 0.5 * (left + right)
     if not np.isfinite(tilt):
         raise ValueError(f"f'(1) is not finite for f = {f}")
-    smooth_at_1 = left == right
-    f2_at_1 = _one_sided(f2, t, "+") if smooth_at_1 else float("nan")
+    # Convex f with f(1) = 0: (f(t) − f(1))/(t − 1) is nondecreasing, so f'(1−) ≤ f'(1+) ≤ f∞,
+    # f(0) ≥ −f'(1−) and f'(0+) ≤ f'(1−); in particular f∞ > −∞.
+    slack = 1e-9 * (1 + abs(left) + abs(right))
+    for bad, what in (
+        (left > right + slack, f"f'(1−) = {left:.6g} > f'(1+) = {right:.6g}"),
+        (f_inf < right - slack, f"f∞ = lim f(t)/t = {f_inf:.6g} < f'(1+) = {right:.6g}, while (f(t) − f(1))/(t − 1) is nondecreasing for convex f"),
+        (f0 < -left - slack, f"f(0+) = {f0:.6g} < −f'(1−) = {-left:.6g}"),
+        (fprime0 > left + slack, f"f'(0+) = {fprime0:.6g} > f'(1−) = {left:.6g}"),
+    ):
+        if bad:
+            raise ValueError(f"f is not convex on (0, ∞): {what}")
+    smooth_at_1 = abs(left - right) <= 1e-12 * (1 + abs(left))
 
-    fprime_num = _endpoints(_lambdify(fp, t), fprime0, f_inf)
+    budget.stage = "computing f''(1) and the Taylor series at 1"
+    f2_at_1, series = float("nan"), ()
+    if smooth_at_1 and e_left is not None and e_left is e_right:
+        d2 = _sym(budget, lambda: _float(_side(sp.diff(e_left, t, 2), t, sp.Integer(1), "+")))
+        f2_at_1 = float("nan") if d2 is None else d2
+        if interior:
+
+            def taylor():
+                coeffs, d = [], sp.diff(e_left, t, 2)
+                for k in range(2, _SERIES_ORDER + 1):
+                    coeffs.append(_float(d.subs(t, 1)) / float(sp.factorial(k)))
+                    d = sp.diff(d, t)
+                return tuple(coeffs) if all(np.isfinite(coeffs)) else ()
+
+            series = _sym(budget, taylor) or ()
+    elif smooth_at_1 and e_left is not None:  # a kink of f'' at 1 at most: f''(1) where both sides agree
+        sides = [_sym(budget, lambda e=e: _float(_side(sp.diff(e, t, 2), t, sp.Integer(1), "+"))) for e in (e_left, e_right)]
+        if None not in sides and sides[0] == sides[1]:
+            f2_at_1 = sides[0]
+    elif smooth_at_1:
+        v = _num(_hp, _off_kinks(f2_raw), t, sp.Integer(1))
+        f2_at_1 = float("nan") if v is None else float(v)
+
+    budget.stage = "simplifying f''"
+    f2 = _sym(budget, sp.simplify, f2_raw)
+    f2 = f2_raw if f2 is None else f2
+    try:
+        fprime_num = _endpoints(_lambdify(_off_kinks(fp), t), fprime0, f_inf)
+        fsecond_num = _lambdify(_off_kinks(f2), t)
+    except Exception as exc:
+        raise ValueError(f"f' of f = {f} cannot be evaluated numerically: {exc}") from None
     f_num = _endpoints(f_raw, f0, f_at_inf)
-    fsecond_num = _lambdify(f2, t)
-    series = ()
-    if smooth_at_1:
-        try:
-            coeffs = []
-            d = sp.diff(f, t, 2)
-            for k in range(2, _SERIES_ORDER + 1):
-                coeffs.append(_float(d.subs(t, 1)) / float(sp.factorial(k)))
-                d = sp.diff(d, t)
-            if all(np.isfinite(coeffs)):
-                series = tuple(coeffs)
-        except (ValueError, TypeError):
-            series = ()
 
     def f_tilde(x, _f=f_num, _c=tilt, _series=series, _finf=f_inf):
         x = np.asarray(x, dtype=np.float64)
@@ -387,14 +942,19 @@ def analyse(f_expr, t, *, conjugate_expr=None) -> SymbolicInfo:
     def fprime_tilde(x):
         return fprime_num(x) - tilt
 
+    budget.stage = "solving f'(t) = y for the conjugate"
     if conjugate_expr is not None:
         conj_expr, inverse = conjugate_expr, None
         end = _float(conjugate_expr.subs(Y, sp.nsimplify(f_inf))) if np.isfinite(f_inf) else float("inf")
     else:
-        conj_expr, end, inverse = _conjugate(f, fp, t, f0, fprime0, f_inf)
+        found = None
+        if pieces is not None and len(pieces) == 1:
+            found = _sym(budget, _conjugate, f, fp, t, f0, fprime0, f_inf)
+        conj_expr, end, inverse = found if found is not None else (None, None, None)
         end = float("inf") if end is None else end
     domain = (-np.inf, f_inf, bool(np.isfinite(end)))
 
+    budget.stage = "compiling"
     numeric_tilde = numeric_conjugate(f_tilde, fprime_tilde, fprime0 - tilt, f0 + tilt, f_inf - tilt)
     if conj_expr is not None:
         conj_fn = _piecewise_callable(conj_expr, fprime0, f0, f_inf, end)
@@ -447,23 +1007,34 @@ def _piecewise_callable(conj_expr, fprime0, f0, f_inf, end):
     return call
 
 
-def from_sympy(f_expr, t, name=None, *, _conjugate_expr=None):
+def from_sympy(f_expr, t, name=None, *, timeout=DEFAULT_TIMEOUT, _conjugate_expr=None):
     r"""A :class:`~mentored.Divergence` from a sympy generator :math:`f(t)`, validated and compiled.
 
     Parameters
     ----------
     f_expr : sympy expression
-        :math:`f(t)`, convex on :math:`(0, \infty)` with :math:`f(1) = 0`.
+        :math:`f(t)`, convex on :math:`(0, \infty)` with :math:`f(1) = 0`. Non-smooth generators
+        (``Abs``, ``Max``, ``Min``, ``Piecewise``, ``Heaviside``, ``sign``) are accepted when convex.
     t : sympy.Symbol
         Declared positive.
     name : str, optional
         Defaults to ``str(f_expr)``.
+    timeout : float or None
+        Seconds within which the call returns or refuses (default :data:`DEFAULT_TIMEOUT`, 5 s);
+        ``None`` waits as long as sympy takes. Symbolic steps that run out fall back to numeric checks.
 
     Raises
     ------
     ValueError
-        Naming the condition that failed: ``f(1) = 0``, convexity, finiteness on :math:`(0, \infty)`,
-        or limits sympy cannot determine.
+        Naming the condition that failed and where: ``f(1) = 0``, convexity, finiteness on
+        :math:`(0, \infty)`, or limits that neither sympy nor the numeric fallback can determine.
+    SymbolicTimeoutError
+        (a ``ValueError``) when the time limit ran out, naming the step it was in.
+
+    Warns
+    -----
+    NumericCheckWarning
+        When a property was checked numerically, not proved symbolically.
 
     Examples
     --------
@@ -472,10 +1043,13 @@ def from_sympy(f_expr, t, name=None, *, _conjugate_expr=None):
     >>> tri = mentored.Divergence.from_sympy((t - 1)**2 / (t + 1), t, name="triangular")
     >>> tri.f_inf, tri.convexity_check
     (1.0, 'symbolic')
+    >>> hinge = mentored.Divergence.from_sympy(sp.Max(t - 1, 0), t)  # f'(1) is a subgradient
+    >>> hinge.f_inf, hinge.tilt, hinge.convexity_check
+    (1.0, 0.5, 'symbolic')
     """
     from .divergences import Divergence
 
-    info = analyse(f_expr, t, conjugate_expr=_conjugate_expr)
+    info = analyse(f_expr, t, conjugate_expr=_conjugate_expr, timeout=timeout)
     return Divergence(
         name=str(f_expr) if name is None else str(name),
         f=info.f,
