@@ -1,44 +1,42 @@
 #!/usr/bin/env bash
-# The device checks of mentored.serving, for a machine with a CUDA GPU (under 5 minutes):
+# The device checks of the torch path, for a machine with a CUDA GPU (under 5 minutes once the
+# package is installed; `pip install --no-build-isolation -e .` first on a fresh machine):
 #   1. tests/test_serving.py::test_cuda_equals_cpu (skipped where there is no CUDA device);
-#   2. the latency of rejection_sample on CUDA against CPU torch, on the same rows, at B·k = 64,
-#      V = 131072 (p50 over 20 calls, after 3 warm-up calls, synchronised).
+#   2. the solve queued on the device with no host synchronisation: torch_backend.solve_point and π
+#      under torch.cuda.set_sync_debug_mode("error"), and π equal to the C++ core's;
+#   3. benchmarks/torch_lossless.py --device cuda: rejection_sample against a lossless sampler written
+#      the way vLLM's works, same tensors, B·k = 64, V = 131072 (p50, synchronised), and
+#      torch_backend.solve on CUDA against the core on the host, 8 × 131072 float32.
 # Never part of the test command: the suite does not depend on a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -P -m pytest tests/test_serving.py -q -k cuda -rs
-python3 -P - <<'PY'
-import time
-
+python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else "no CUDA device")'
+timeout 120 python3 -P -m pytest tests/test_serving.py -q -k cuda -rs
+timeout 120 python3 -P - <<'PY'
 import numpy as np
 import torch
 
-from mentored.serving import rejection_sample
+import mentored
+from mentored import torch_backend
+from mentored.speculative import solve_pi
 
-if not torch.cuda.is_available():
-    raise SystemExit("no CUDA device")
-rng = np.random.default_rng(0)
-B, k, V = 16, 4, 131072
-T = B * k
-z = torch.randn(T, V, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 2.5
-p = torch.softmax(z, -1).float()
-q = torch.softmax(z + torch.randn(T, V, dtype=torch.float64), -1).float()
-draft = torch.multinomial(q, 1)[:, 0]
-bonus = torch.randint(0, V, (B, 1))
-n = [k] * B
-for dev in ("cpu", "cuda"):
-    args = [x.to(dev) for x in (draft,)] + [n] + [x.to(dev) for x in (q, p, bonus)]
-    for budget in (0.0, 0.1):
-        for _ in range(3):
-            rejection_sample(*args, budget=budget, validate=False)
-        ts = []
-        for _ in range(20 if dev == "cuda" else 3):
-            if dev == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            rejection_sample(*args, budget=budget, validate=False)
-            if dev == "cuda":
-                torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        print(f"{dev:5s} budget={budget:<4} p50 {np.median(ts) * 1e3:9.2f} ms")
+g = torch.Generator().manual_seed(0)
+R, V = 64, 131072
+z = torch.randn(R, V, dtype=torch.float64, generator=g) * 2.5
+p = torch.softmax(z, -1)
+q = torch.softmax(z + torch.randn(R, V, dtype=torch.float64, generator=g), -1)
+p[:, :100] = 0.0  # target zeros
+p /= p.sum(-1, keepdim=True)
+pc, qc = p.cuda(), q.cuda()
+for div in ("kl", "tv", "js"):
+    eps = torch.full((R,), 0.1, dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+    pt = torch_backend.solve_point(pc, qc, div, eps, "keep")
+    pi = pt.pi(pc, qc)
+    torch.cuda.set_sync_debug_mode(0)
+    ref = solve_pi(p.numpy(), q.numpy(), mentored.divergence(div), np.full(R, 0.1), None, "keep")
+    err = np.abs(pi.cpu().numpy() - ref).max()
+    print(f"{div}: solve_point + π on CUDA with no host sync; max |π − π_core(keep)| = {err:.3g}")
 PY
+timeout 240 python3 -P benchmarks/torch_lossless.py --device cuda

@@ -24,6 +24,11 @@ __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Ver
 PLACEHOLDER_TOKEN_ID = -1
 _RNG = np.random.default_rng()  # unseeded requests on numpy input (torch input: torch's global RNG)
 _BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80
+# Who solves dense rows of CPU tensors: "core" (the compiled one-shot solve, on zero-copy numpy views
+# of the tensors) or "torch" (mentored.torch_backend, the device algorithm, also on CPU). On CPU a
+# torch sort of 64 × 131072 ratios alone costs several times a whole lossless verification step
+# (benchmarks/torch_lossless.py); the core's bucketed solve does not sort. Other devices: torch.
+CPU_SOLVER = "core"
 
 
 def _is_torch(x) -> bool:
@@ -331,7 +336,8 @@ def rejection_sample(
         zeros are hard constraints: top-k/top-p, bad words, grammars; docs/serving.md). ``"continue"``:
         the problem as stated, which may put mass there when :math:`f_\infty < \infty`.
     threads : int, optional
-        Core threads over rows (numpy input).
+        Core threads over rows (numpy input; CPU tensors with dense ``draft_probs``, whose rows
+        the core solves: :data:`CPU_SOLVER`).
     validate : bool
         Check shapes, ids and that rows are distributions (torch: a few host synchronisations).
 
@@ -344,7 +350,7 @@ def rejection_sample(
     T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
     plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T)
     if any(_is_torch(x) for x in (target_probs, draft_probs, draft_token_ids, bonus_token_ids)):
-        return _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate)
+        return _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, threads)
     return _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate)
 
 
@@ -459,10 +465,10 @@ def _inverse_cdf_np(w: np.ndarray, u: np.ndarray, fallback: np.ndarray) -> np.nd
     return first
 
 
-def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate):
+def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, threads=None):
     import torch
 
-    from .torch_backend import check_rows, solve_rows
+    from .torch_backend import check_rows, solve_point
 
     B, T, K = plan.B, plan.T, plan.K
     p = torch.as_tensor(target_probs)
@@ -497,6 +503,17 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
     else:
         u = _uniforms_torch(plan, generators, device) if plan.rnd.size else None
 
+    if device.type == "cpu" and CPU_SOLVER == "core" and q is not None and plan.rnd.size:
+        # CPU tensors are host memory: the compiled core solves them in place of the torch sort
+        # (zero-copy numpy views, nothing synchronised), on the uniforms drawn above from torch's RNG.
+        from .torch_backend import builtin_name
+
+        for div, _ in plan.groups:
+            builtin_name(div)  # the torch path's contract: built-in divergences only
+        host = [x.detach().resolve_conj().numpy() for x in (draft, q, p, bonus)]
+        out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False)
+        return torch.from_numpy(out)
+
     accept = torch.zeros(T, dtype=torch.bool, device=device)
     argmax = torch.full((T,), -1, dtype=torch.int64, device=device)
     grd, rnd = plan.grd, plan.rnd
@@ -504,35 +521,50 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         gi = dev(grd)
         argmax[gi] = (p if grd.size == T else p[gi]).argmax(-1)
         accept[gi] = draft[gi] == argmax[gi]
-    pi64 = None
+    point = sp = sq = None
     rows_of_rnd = None
     if rnd.size:
         ri = dev(rnd)
         x = draft[ri]
         real = x >= 0
         xs = torch.where(real, x, 0)[:, None]
-        P = (p if rnd.size == T else p[ri]).to(torch.float64)
+        P = p if rnd.size == T else p[ri]
         u0 = u[ri, 0]
         if q is None:
-            px = P.gather(-1, xs)[:, 0]
+            px = P.gather(-1, xs)[:, 0].to(torch.float64)
             a = torch.empty_like(px)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else dev(idx)
                 a[sel] = _onehot_torch(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
             accept[ri] = real & (u0 < a)
         else:
-            from .torch_backend import builtin_name
+            from .torch_backend import _Point, builtin_name
 
-            Q = (q if rnd.size == T else q[ri]).to(torch.float64)
-            pi64 = torch.empty_like(P)
+            Q = q if rnd.size == T else q[ri]
+            # Only the thresholds of each row are kept (six numbers): π_x for the acceptance test
+            # here, whole rows of π only where a request rejected (below). Rows are normalised in
+            # float64 (as the core does) where they are solved; elsewhere only their sums are needed.
+            sp = P.sum(-1, dtype=torch.float64)
+            sq = Q.sum(-1, dtype=torch.float64)
+            # Rows at budget 0 need no solve (π = p); the budgets are on the host, so this costs no sync.
+            point = _Point.identity(rnd.size, P)
             for div, idx in plan.groups:
                 name = builtin_name(div)
-                if idx is None:
-                    pi64 = solve_rows(P, Q, name, dev(plan.eps_rnd), zeros)
-                else:
-                    ii = dev(idx)
-                    pi64[ii] = solve_rows(P[ii], Q[ii], name, dev(plan.eps_rnd[idx]), zeros)
-            accept[ri] = real & (u0 * Q.gather(-1, xs)[:, 0] < pi64.gather(-1, xs)[:, 0])
+                sel = np.arange(rnd.size) if idx is None else idx
+                sel = sel[plan.eps_rnd[sel] > 0]
+                if sel.size == rnd.size:
+                    Pn = P.to(torch.float64) / sp[:, None]
+                    Qn = Q.to(torch.float64) / sq[:, None]
+                    point = solve_point(Pn, Qn, name, dev(plan.eps_rnd), zeros)
+                elif sel.size:
+                    ii = dev(sel)
+                    Pn = P[ii].to(torch.float64) / sp[ii, None]
+                    Qn = Q[ii].to(torch.float64) / sq[ii, None]
+                    point.put(ii, solve_point(Pn, Qn, name, dev(plan.eps_rnd[sel]), zeros))
+                Pn = Qn = None
+            qx = Q.gather(-1, xs)[:, 0].to(torch.float64)
+            pi_x = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, qx / sq)
+            accept[ri] = real & (u0 * qx < pi_x)
         rows_of_rnd = torch.full((T,), 0, dtype=torch.int64, device=device)
         rows_of_rnd[ri] = torch.arange(rnd.size, device=device)
 
@@ -573,7 +605,8 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
                 w = torch.where(ph[:, None], rows_p, w)
                 fallback = rows_p
             else:
-                fallback = pi64[rows_of_rnd[ts]]
+                j = rows_of_rnd[ts]
+                fallback = point.take(j).pi(P[j].to(torch.float64) / sp[j, None], Q[j].to(torch.float64) / sq[j, None])
                 w = (fallback - q[ts].to(torch.float64)).clamp(min=0)
                 w = torch.where(ph[:, None], rows_p, w)
             rec = torch.where(greedy, rec, _inverse_cdf_torch(w, u[ts, 1], fallback))
@@ -583,17 +616,21 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
 
 
 def _inverse_cdf_torch(w, u, fallback):
+    """The rule of :func:`_inverse_cdf_np` with two binary searches per row instead of masks over V.
+
+    The cumulative sums of w ≥ 0 are nondecreasing, so the first i with c_i > u·Σw has w_i > 0
+    (c_i > c_{i−1}); past the end only by rounding, the last token with mass is the first i where c
+    reaches its total.
+    """
     import torch
 
     empty = ~(w.sum(-1, keepdim=True) > 0)
     w = torch.where(empty, fallback, w)
     c = w.cumsum(-1)
-    hit = (c > (u[:, None] * c[:, -1:])) & (w > 0)
-    V = w.shape[-1]
-    ar = torch.arange(V, device=w.device)
-    first = torch.where(hit, ar, V).min(-1).values
-    last = torch.where(w > 0, ar, -1).max(-1).values
-    return torch.where(first < V, first, last)
+    level = u[:, None] * c[:, -1:]
+    first = torch.searchsorted(c, level, right=True)[:, 0]
+    last = torch.searchsorted(c, c[:, -1:].contiguous())[:, 0]
+    return torch.where(first < w.shape[-1], first, last)
 
 
 # ---------------------------------------------------------------- a reusable verifier

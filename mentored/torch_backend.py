@@ -1,7 +1,7 @@
 r"""Mentored verification in torch: the solve and the speculative step on any device.
 
-The same mathematics as the C++ core (docs/theory.md §3–4), written with sorts, prefix sums and a
-bisection over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
+The same mathematics as the C++ core (docs/theory.md §3–4), written with one sort per row, prefix
+sums and a search over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
 CUDA) without a host round trip. Built-in divergences only; it is checked against
 :func:`mentored.solve` in the tests. torch is imported lazily by :func:`mentored.speculative_step`.
 
@@ -13,8 +13,15 @@ On a row, with ratios :math:`r_i = q_i/p_i`,
     Q_{r>t} - t\,P_{r>t} = D_{up} - s \;\Rightarrow\; t_{hi}(s),
 
 both piecewise affine in :math:`t` with breakpoints at the sorted ratios, so each threshold is a
-count of breakpoints below a level and one division. :math:`D_f(\pi(s)\|p)` is nondecreasing in
-:math:`s`; the budget's :math:`s` is found by bisection (64 halvings in float64).
+``searchsorted`` on the values at the breakpoints and one division. With suffix sums of
+:math:`p_i \tilde f(r_i)` on each side, :math:`D_f(\pi(s)\|p)` costs :math:`O(\log V)` per row
+and per :math:`s` (docs/theory.md §4); it is nondecreasing in :math:`s`, and the budget's :math:`s`
+is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 15 and 18 on a
+CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
+:math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
+device. Written for a GPU: on a CPU the sort alone costs several lossless verification steps, and
+:func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
+device path").
 """
 
 from __future__ import annotations
@@ -60,108 +67,204 @@ def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
 _F_INF_TILDE = {"tv": 0.5, "kl": _INF, "reverse_kl": 1.0, "chi2": _INF, "neyman_chi2": 1.0, "hellinger": 1.0, "js": 0.5 * _LN2}
 
 
+_DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
+_UP = 2.0**128
+# The budget search: (points per step, steps), the bracket shrinking by the first each step, to 2⁻⁷²
+# of the curve's length (finer than the 64 halvings of [0, s_max] it replaces). On a GPU few wide
+# steps (each is ~40 kernel launches); on a CPU narrow ones, whose small ops stay on the calling
+# thread (torch runs searchsorted in parallel past 200 queries, and a busy machine stalls that).
+_SEARCH = {"cpu": (16, 18)}
+_SEARCH_DEVICE = (256, 9)
+
+
 class _Rows:
-    """The sorted-ratio structure of a batch of rows (R, V), float64."""
+    """The sorted-ratio structure of a batch of rows (R, V), float64 (docs/theory.md §4).
 
-    def __init__(self, p: torch.Tensor, q: torch.Tensor):
-        self.p, self.q = p, q
-        pos = p > 0
-        self.pos = pos
-        # r = q/p; p = 0 tokens sit at +inf (q > 0) or at 1 (q = 0: they carry nothing).
-        r = torch.where(pos, q / torch.where(pos, p, torch.ones_like(p)), torch.where(q > 0, _INF, 1.0))
-        self.r = r
-        self.q0 = torch.where(pos, 0.0, q).sum(-1)
-        self.tv = (p - q).clamp(min=0).sum(-1)
-        self.d_up = self.tv - self.q0
-        zero = torch.zeros_like(p[:, :1])
-        # Lower side, ascending: g(r_j) = r_j P_{<j} − Q_{<j}, nondecreasing; t_lo solves g(t) = TV − s.
-        r_up, order = torch.sort(r, dim=-1)
+    One sort per row, by a key that puts the target's favoured side first, by ratio descending, then
+    the other side by ratio ascending, then ties and the target's zeros::
+
+        [ r > 1, from the largest down | r < 1, from 0 up | r = 1 and p = 0 ]
+
+    so that the prefix sums of p and q on each side accumulate from its extreme (the mass capped at
+    t_hi, held at t_lo, however small, is a sum of its own tokens), and the suffix sums of p·f̃(r)
+    accumulate from ratio 1 (the unclipped tokens). Down and Up are piecewise affine between sorted
+    ratios; the thresholds at s are a ``searchsorted`` on their values at the breakpoints and one
+    division, and D_f(π(s)‖p) is O(1) per row from the tables (``divergence``). The budget search
+    evaluates D at many points per row per step (``_SEARCH``). Nothing is read back to the host.
+
+    Ratios of the upper side past DBL_MAX (p denormal next to q) are ordered by their scaled value
+    r·2⁻¹²⁸; their terms p f̃(r) are taken in perspective form from (q, p), and the capped group's
+    P_hi·f̃(t_hi) from (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
+    """
+
+    def __init__(self, p: torch.Tensor, q: torch.Tensor, name: str):
+        self.p, self.q, self.name = p, q, name
+        up = (q > p) & (p > 0)
+        lo = q < p  # implies p > 0
+        r = q / p  # inf or NaN where p = 0: those tokens are keyed by the masks alone
+        u = torch.where(torch.isfinite(r), r * _DOWN, (q * _DOWN) / p)  # r·2⁻¹²⁸, also where r overflows
+        key = torch.where(up, u.neg_(), torch.where(lo, r, 2.0))
+        del r, u
+        key, order = torch.sort(key, dim=-1)
         ps, qs = p.gather(-1, order), q.gather(-1, order)
-        self.lo_r = r_up
-        self.lo_P = torch.cat([zero, ps.cumsum(-1)], -1)  # exclusive prefix sums, (R, V + 1)
-        self.lo_Q = torch.cat([zero, qs.cumsum(-1)], -1)
-        self.lo_g = torch.where(torch.isinf(r_up), _INF, r_up * self.lo_P[:, :-1] - self.lo_Q[:, :-1])
-        # Upper side, descending over p > 0: h(r_j) = Q_{<j} − r_j P_{<j}, nondecreasing in j; t_hi solves h(t) = D_up − s.
-        r_pos = torch.where(pos, r, 0.0)
-        r_dn, order = torch.sort(r_pos, dim=-1, descending=True)
-        ps, qs = p.gather(-1, order), torch.where(pos, q, 0.0).gather(-1, order)
-        self.hi_r = r_dn
-        # Ratios past _FAR (p denormal next to q): their D terms need π itself (below). Rare, so the
-        # extra work is done only when some row has one (one host synchronisation per solve).
-        self.far = bool(((r > _FAR) & pos).any())
-        self.hi_P = torch.cat([zero, ps.cumsum(-1)], -1)
-        self.hi_Q = torch.cat([zero, qs.cumsum(-1)], -1)
-        # 0·∞ = 0 where nothing lies above (a ratio overflowed to inf, e.g. q/p with p denormal): an
-        # inf ratio above another gives h = −∞, i.e. "capped at every finite t_hi", as it should.
-        P_above = self.hi_P[:, :-1]
-        self.hi_h = torch.where(P_above > 0, self.hi_Q[:, :-1] - r_dn * P_above, self.hi_Q[:, :-1])
+        del order
+        in_hi = key < 0
+        in_lo = (key >= 0) & (key < 1.5)
+        R = p.shape[0]
+        self.q0 = torch.where(p > 0, 0.0, q).sum(-1)
+        self.tv = (p - q).clamp_(min=0).sum(-1)
+        self.d_up = self.tv - self.q0
+        zero = torch.zeros((R, 1, 2), dtype=p.dtype, device=p.device)
+        # Exclusive prefix sums, (R, V + 1, 2) of (p, q): the upper side starts at index 0, so the plain
+        # sums are its own; the lower side's are masked to it.
+        pq = torch.stack([ps, qs], -1)
+        self.E_hi = torch.cat([zero, pq.cumsum(1)], 1)
+        pq.mul_(in_lo[..., None])
+        self.E_lo = torch.cat([zero, pq.cumsum(1)], 1)
+        del pq
+        # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal).
+        F = torch.where(in_hi | in_lo, _perspective(name, qs, torch.where(in_hi | in_lo, ps, 1.0)), 0.0)
+        del ps, qs
+        # Suffix sums of F on each side, (R, V + 1, 2): column 0 the upper side, column 1 the lower.
+        FF = torch.stack([torch.where(in_hi, F, 0.0), F.masked_fill_(~in_lo, 0.0)], -1).flip(1)  # F may be inf: no 0·inf
+        del F
+        self.S = torch.cat([FF.cumsum_(1).flip(1), zero], 1)
+        del FF
+        # Breakpoints. Lower: g_k = r_k P_{<k} − Q_{<k} (nondecreasing); t_lo solves g(t) = TV − s.
+        # Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side); t_hi solves
+        # h(t) = D_up − s. Outside its side each is −inf/+inf, so that one searchsorted on the whole
+        # row counts the side's breakpoints below a level; cummax absorbs rounding.
+        g = torch.addcmul(-self.E_lo[:, :-1, 1], key, self.E_lo[:, :-1, 0])
+        g = torch.where(in_lo, g, torch.where(in_hi, -_INF, _INF))
+        self.g = g.cummax(-1).values
+        del g
+        # r_m P_{<m} as u_m·(P·2¹²⁸) with u = −key on the upper side: finite past DBL_MAX.
+        h = torch.addcmul(self.E_hi[:, :-1, 1], key, self.E_hi[:, :-1, 0] * _UP)
+        self.h = torch.where(in_hi, h, _INF).cummax(-1).values
+        del h
+        self.key = key
+        self.n_hi = in_hi.sum(-1)
+        self.n_lo = in_lo.sum(-1)
 
-    def s_max(self, name: str, zeros: str = "continue") -> torch.Tensor:
+    def s_max(self, zeros: str = "continue") -> torch.Tensor:
         """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
-        if zeros == "keep" or math.isinf(_F_INF_TILDE[name]):
+        if zeros == "keep" or math.isinf(_F_INF_TILDE[self.name]):
             return torch.minimum(self.tv, self.d_up)
         return self.tv
 
-    def thresholds(self, s: torch.Tensor):
-        """(t_lo, t_hi, hi_num, hi_den) at s (R,), s in [0, TV].
-
-        ``t_hi = hi_num/hi_den`` (``inf`` when nothing is capped); the pair is kept because the
-        quotient may overflow when the capped target mass ``hi_den`` is denormal, while the capped
-        values ``p_i·t_hi = (p_i/hi_den)·hi_num`` do not.
-        """
-        c = (self.tv - s).clamp(min=0)
-        m = (self.lo_g < c[:, None]).sum(-1, keepdim=True)
-        P, Q = self.lo_P.gather(-1, m)[:, 0], self.lo_Q.gather(-1, m)[:, 0]
-        t_lo = torch.where(P > 0, (c + Q) / torch.where(P > 0, P, 1.0), 0.0)  # P = 0 only at s = TV: t_lo = 0
-        t_lo = torch.where(s <= 0, torch.ones_like(t_lo), t_lo.clamp(0.0, 1.0))
-        c2 = self.d_up - s
-        m = (self.hi_h <= c2[:, None]).sum(-1, keepdim=True)  # h is nondecreasing along the descending order
-        P, Q = self.hi_P.gather(-1, m)[:, 0], self.hi_Q.gather(-1, m)[:, 0]
-        open_end = (c2 <= 0) | (P <= 0)
-        one = torch.ones_like(P)
-        num = torch.where(open_end, one, Q - c2)
-        den = torch.where(open_end, one, P)
+    def _at(self, s: torch.Tensor):
+        """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need."""
+        c = (self.tv[:, None] - s).clamp(min=0)
+        k = torch.searchsorted(self.g, c)  # index in the row of the first unclipped lower token
+        PL = self.E_lo[..., 0].gather(-1, k)
+        QL = self.E_lo[..., 1].gather(-1, k)
+        t_lo = torch.where(PL > 0, (c + QL) / torch.where(PL > 0, PL, 1.0), 0.0)  # PL = 0 only at s = TV
+        # within the gap of sorted ratios found, and in [0, 1]
+        V = self.key.shape[-1]
+        first = k <= self.n_hi[:, None]
+        r_below = torch.where(first, 0.0, self.key.gather(-1, (k - 1).clamp(min=0)))
+        last = k >= (self.n_hi + self.n_lo)[:, None]
+        r_above = torch.where(last, 1.0, self.key.gather(-1, k.clamp(max=V - 1)))
+        t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp(0.0, 1.0)
+        t_lo = torch.where(s <= 0, 1.0, t_lo)
+        c2 = self.d_up[:, None] - s
+        m = torch.searchsorted(self.h, c2, right=True)  # capped upper tokens
+        PH = self.E_hi[..., 0].gather(-1, m)
+        QH = self.E_hi[..., 1].gather(-1, m)
+        open_end = (c2 <= 0) | (PH <= 0)
+        m = torch.where(open_end, 0, m)  # nothing capped: every upper token is at q
+        one = torch.ones_like(PH)
+        num = torch.where(open_end, one, QH - c2)
+        den = torch.where(open_end, one, PH)
         num = torch.maximum(num, den)  # t_hi ≥ 1
         num = torch.where(s <= 0, one, num)
         den = torch.where(s <= 0, one, den)
         open_end = open_end & (s > 0)
         t_hi = torch.where(open_end, _INF, num / den)
-        return t_lo, t_hi, num, den, open_end
+        return dict(k=k, m=m, PL=PL, t_lo=t_lo, t_hi=t_hi, num=num, den=den, open_end=open_end, s=s)
 
-    def _body(self, s: torch.Tensor):
-        """π on {p > 0} at s, division-free: max(t_lo p_i, min(q_i, t_hi p_i)) (docs/theory.md §3)."""
-        t_lo, t_hi, num, den, open_end = self.thresholds(s)
-        # p_i·t_hi, without forming t_hi where it overflows; ≥ p_i since t_hi ≥ 1.
-        cap = torch.where(torch.isfinite(t_hi)[:, None], self.p * t_hi[:, None], (self.p / den[:, None]) * num[:, None])
-        cap = torch.where(open_end[:, None], _INF, cap)
-        body = torch.maximum(t_lo[:, None] * self.p, torch.minimum(self.q, cap))
-        return body, t_lo, t_hi
+    def divergence(self, s: torch.Tensor, at=None) -> torch.Tensor:
+        """D_f(π(s)‖p) at s (R, K), O(log V) per point (docs/theory.md §4)."""
+        a = at or self._at(s)
+        name = self.name
+        PL, t_lo = a["PL"], a["t_lo"]
+        d = torch.where(PL > 0, PL * _f_tilde(name, t_lo), 0.0)
+        d = d + self.S[..., 1].gather(-1, a["k"]) + self.S[..., 0].gather(-1, a["m"])
+        num, den, t_hi, open_end = a["num"], a["den"], a["t_hi"], a["open_end"]
+        near = t_hi <= _FAR
+        capped = torch.where(near, den * _f_tilde(name, torch.where(near, t_hi, 1.0)), _perspective(name, num, den))
+        d = d + torch.where(open_end | (a["m"] == 0), 0.0, capped)
+        return d + self._tail(s)
+
+    def _tail(self, s: torch.Tensor) -> torch.Tensor:
+        extra = (s - self.d_up[:, None]).clamp(min=0)
+        f_inf = _F_INF_TILDE[self.name]
+        return torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
+
+    def search(self, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
+        """The largest s ≤ s_max with D_f(π(s)‖p) ≤ ε, per row (R,): a k-ary search, no host sync."""
+        s_hi = self.s_max(zeros)
+        e = eps[:, None]
+        ok_end = (self.divergence(s_hi[:, None]) <= e)[:, 0]
+        lo = torch.zeros_like(s_hi)
+        hi = s_hi
+        K, steps = _SEARCH.get(s_hi.device.type, _SEARCH_DEVICE)
+        frac = torch.arange(1, K, dtype=s_hi.dtype, device=s_hi.device) / K
+        for _ in range(steps):
+            pts = lo[:, None] + (hi - lo)[:, None] * frac
+            good = (self.divergence(pts) <= e).to(torch.int64).cumprod(-1)  # D is nondecreasing in s
+            n = good.sum(-1, keepdim=True)
+            lo = torch.where(n[:, 0] > 0, pts.gather(-1, (n - 1).clamp(min=0))[:, 0], lo)
+            hi = torch.where(n[:, 0] < K - 1, pts.gather(-1, n.clamp(max=K - 2))[:, 0], hi)
+        s = torch.where(ok_end, s_hi, lo)
+        return torch.where(eps <= 0, torch.zeros_like(s), s)
+
+    def point(self, s: torch.Tensor) -> "_Point":
+        a = self._at(s[:, None])
+        z = (s - self.d_up).clamp(min=0) / torch.where(self.q0 > 0, self.q0, 1.0)
+        return _Point(a["t_lo"][:, 0], a["t_hi"][:, 0], a["num"][:, 0], a["den"][:, 0], a["open_end"][:, 0], z)
 
     def pi(self, s: torch.Tensor) -> torch.Tensor:
-        body, _, _ = self._body(s)
-        extra = (s - self.d_up).clamp(min=0) / torch.where(self.q0 > 0, self.q0, 1.0)
-        return torch.where(self.pos, body, self.q * extra[:, None])
+        return self.point(s).pi(self.p, self.q)
 
-    def divergence(self, name: str, s: torch.Tensor) -> torch.Tensor:
-        if not self.far:
-            t_lo, t_hi, _, _, _ = self.thresholds(s)
-            t = torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
-            terms = torch.where(self.pos, self.p * _f_tilde(name, torch.where(self.pos, t, 1.0)), 0.0)
-            return terms.sum(-1) + self._tail(name, s)
-        body, t_lo, t_hi = self._body(s)
-        t = torch.minimum(torch.maximum(self.r, t_lo[:, None]), t_hi[:, None])
-        # Where the ratio is huge (p denormal: q/p overflows, or f̃(t) would), p f̃(π/p) in its
-        # perspective form, from π and p; elsewhere p f̃(t) as the C++ core computes it.
-        far = self.pos & (t > _FAR)
-        ok = self.pos & ~far
-        terms = torch.where(ok, self.p * _f_tilde(name, torch.where(ok, t, 1.0)), 0.0)
-        terms = torch.where(far, _perspective(name, torch.where(far, body, 1.0), torch.where(far, self.p, 1.0)), terms)
-        return terms.sum(-1) + self._tail(name, s)
 
-    def _tail(self, name: str, s: torch.Tensor) -> torch.Tensor:
-        extra = (s - self.d_up).clamp(min=0)
-        f_inf = _F_INF_TILDE[name]
-        return torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
+class _Point:
+    """A point of the curve per row: thresholds (t_hi as num/den, see below) and the share z of q on {p = 0}.
+
+    ``t_hi = num/den`` (``inf`` when nothing is capped); the pair is kept because the quotient may
+    overflow when the capped target mass ``den`` is denormal, while the capped values
+    ``p_i·t_hi = (p_i/den)·num`` do not. π is computed for any rows (``pi``) or tokens (``pi_at``)
+    of the solved ones, so that a verifier forms only the rows it draws from.
+    """
+
+    def __init__(self, t_lo, t_hi, num, den, open_end, z):
+        self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z = t_lo, t_hi, num, den, open_end, z
+
+    @staticmethod
+    def identity(n: int, like: torch.Tensor) -> "_Point":
+        """s = 0 on n rows: t_lo = t_hi = 1, π = p."""
+        f = lambda v: torch.full((n,), v, dtype=torch.float64, device=like.device)  # noqa: E731
+        return _Point(f(1.0), f(1.0), f(1.0), f(1.0), torch.zeros(n, dtype=torch.bool, device=like.device), f(0.0))
+
+    def put(self, rows: torch.Tensor, other: "_Point") -> None:
+        for mine, theirs in zip(self._fields(), other._fields()):
+            mine[rows] = theirs
+
+    def _fields(self):
+        return (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)
+
+    def take(self, rows: torch.Tensor) -> "_Point":
+        return _Point(*(x[rows] for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)))
+
+    def pi(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0."""
+        shape = (-1,) + (1,) * (p.ndim - 1)
+        t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
+        # p_i·t_hi, without forming t_hi where it overflows; ≥ p_i since t_hi ≥ 1.
+        cap = torch.where(torch.isfinite(t_hi), p * t_hi, (p / den) * num)
+        cap = torch.where(open_end, _INF, cap)
+        body = torch.maximum(t_lo * p, torch.minimum(q, cap))
+        return torch.where(p > 0, body, q * z)
 
 
 def _perspective(name: str, pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -250,21 +353,18 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
 
 def solve_rows(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
     """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync."""
-    p = p / p.sum(-1, keepdim=True)
-    q = q / q.sum(-1, keepdim=True)
-    rows = _Rows(p, q)
-    s_hi = rows.s_max(name, zeros)
-    ok_end = rows.divergence(name, s_hi) <= eps
-    lo = torch.zeros_like(s_hi)
-    hi = s_hi.clone()
-    for _ in range(64):
-        mid = 0.5 * (lo + hi)
-        good = rows.divergence(name, mid) <= eps
-        lo = torch.where(good, mid, lo)
-        hi = torch.where(good, hi, mid)
-    s = torch.where(ok_end, s_hi, lo)
-    s = torch.where(eps <= 0, torch.zeros_like(s), s)
-    return rows.pi(s)
+    rows = _Rows(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True), name)
+    return rows.pi(rows.search(eps, zeros))
+
+
+def solve_point(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
+    """The thresholds of the optimum per row, for rows (R, V) already normalised, float64.
+
+    π of any row or token follows without forming the others (``_Point.pi``). No checks, no host
+    synchronisation.
+    """
+    rows = _Rows(p, q, name)
+    return rows.point(rows.search(eps, zeros))
 
 
 def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
