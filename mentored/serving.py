@@ -87,7 +87,7 @@ class _Plan:
             raise ValueError(f"budget is NaN for request {int(np.flatnonzero(np.isnan(eps))[0])}")
         if np.any(eps < 0):
             b = int(np.flatnonzero(eps < 0)[0])
-            raise ValueError(f"budget must be nonnegative (inf allowed), got {eps[b]!r} for request {b}")
+            raise ValueError(f"budget must be nonnegative (inf allowed), got {eps[b]} for request {b}")
         self.divs = divs
         rreq = self.req[self.rnd]
         self.eps_rnd = eps[rreq]
@@ -665,7 +665,7 @@ class Verifier:
             raise ValueError("Verifier takes a built-in divergence")
         self.budget = float(budget)
         if not self.budget >= 0:
-            raise ValueError(f"budget must be nonnegative (inf allowed), got {budget!r}")
+            raise ValueError(f"budget must be nonnegative (inf allowed), got {self.budget}")
         self.zeros = check_zeros(zeros)
         self.threads = threads_arg(threads)
         self.validate = validate

@@ -270,7 +270,7 @@ def step_budgets(budget, B: int, k: int) -> np.ndarray:
         raise ValueError(f"budget is NaN at (b, j) = ({b_}, {j})")
     if np.any(b < 0):
         b_, j = np.argwhere(b < 0)[0]
-        raise ValueError(f"budget must be nonnegative (inf allowed), got {b[b_, j]!r} at (b, j) = ({b_}, {j})")
+        raise ValueError(f"budget must be nonnegative (inf allowed), got {b[b_, j]} at (b, j) = ({b_}, {j})")
     return np.ascontiguousarray(b)
 
 
