@@ -141,11 +141,16 @@ def demo(args) -> int:
 
 def _load(path: str, what: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        x = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise ValueError(f"{what} file {path!r} does not exist") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read {what} file {path!r} as a .npy array: {exc}") from None
+    if not isinstance(x, np.ndarray):  # an .npz archive: several arrays, not one
+        names = ", ".join(x.files)
+        x.close()
+        raise ValueError(f"{what} file {path!r} is an .npz archive ({names}); save one array with np.save")
+    return x
 
 
 def _emit(args, records: list[dict], columns: list[str]) -> None:

@@ -151,7 +151,12 @@ def threads_arg(threads) -> int:
         return 0
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    if threads > _MAX_THREADS:  # the core takes a C int; more threads than that is a mistake anyway
+        raise ValueError(f"threads must be at most {_MAX_THREADS}, got {threads}")
     return int(threads)
+
+
+_MAX_THREADS = 4096
 
 
 def _rows(idx) -> str:

@@ -120,6 +120,8 @@ def test_cli_errors_are_clear(rows, capsys):
     assert "nonnegative" in _fails(["solve", P, Q, "--budget", "-0.1"], capsys)
     assert "does not exist" in _fails(["solve", P, str(tmp / "missing.npy"), "--budget", "0.1"], capsys)
     assert "cannot read" in _fails(["solve", P, str(tmp / "text.npy"), "--budget", "0.1"], capsys)
+    np.savez(tmp / "pq.npz", p=p)
+    assert ".npz archive (p)" in _fails(["solve", str(tmp / "pq.npz"), Q, "--budget", "0.1"], capsys)
     err = _fails(["solve", str(tmp / "unnormalised.npy"), Q, "--budget", "0.1"], capsys)
     assert "--normalize" in err and "normalize=True" not in err
     assert "softmax(logits)" in _fails(["solve", str(tmp / "logits.npy"), Q, "--budget", "0.1"], capsys)

@@ -147,3 +147,8 @@ def test_torch_backend_refuses_a_custom_divergence_that_borrows_a_builtin_name()
     # the genuine built-in still runs, and agrees with the core
     pi = mentored.torch_backend.solve(torch.tensor(P[None]), torch.tensor(Q[None]), divergence="kl", budget=0.05)
     np.testing.assert_allclose(pi.numpy()[0], mentored.solve(P, Q, divergence="kl", budget=0.05).pi, atol=1e-9)
+
+
+def test_absurd_thread_counts_are_refused_in_words():
+    with pytest.raises(ValueError, match="threads must be at most 4096, got 1099511627776"):
+        mentored.solve(P, Q, budget=0.1, threads=2**40)
