@@ -220,8 +220,8 @@ def certify(
     exact : bool
         Rigorous mode (below): a proof in exact rational and interval arithmetic instead of a float check.
     tol, feas_tol : float
-        Largest accepted gap, and largest accepted simplex residual and budget excess
-        (relative to :math:`1 + \varepsilon`).
+        Largest accepted gap; largest accepted simplex residual; and the budget excess accepted
+        is ``feas_tol`` relative to the budget, :math:`\mathrm{feas\_tol}\,(\varepsilon + 10^{-3})`.
 
     Rigorous mode (``exact=True``)
     ------------------------------
@@ -313,7 +313,9 @@ def certify(
     # ε = ∞ admits every point, D_f = ∞ included (∞ ≤ ∞): the residual is then 0, not ∞ − ∞.
     excess = d - budget if np.isfinite(budget) else (0.0 if np.isinf(d) else -np.inf)
     gap = g - acceptance
-    ok = bool(simplex <= feas_tol and excess <= feas_tol * (1.0 + budget) and gap <= tol)
+    # The budget is judged relative to its size (plus feas_tol·1e-3 for rounding in D itself), so
+    # that a point 10× over a small budget is never called feasible.
+    ok = bool(simplex <= feas_tol and excess <= feas_tol * (budget + 1e-3) and gap <= tol)
     return Certificate(
         ok=ok, acceptance=acceptance, dual_bound=float(g), gap=float(gap), lam=lam_v, mu=float(mu_v),
         simplex_residual=simplex, budget_residual=float(excess), divergence=d, budget=budget, tol=tol,

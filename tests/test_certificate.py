@@ -277,3 +277,12 @@ def test_interval_dual_bound_is_an_upper_bound(name, rng):
             assert up >= ref - mpmath.mpf(10) ** -55
             assert up - ref <= mpmath.mpf(10) ** -30
         assert float(upper) == pytest.approx(dual_bound(p, q, name, 0.05, float(lam), float(mu)), abs=1e-12)
+
+
+@pytest.mark.parametrize("div", ["kl", "chi2", "hellinger"])
+def test_float_mode_judges_the_budget_relative_to_its_size(div):
+    # π optimal at budget 1e-9 is ten times over a budget of 1e-10: refused, as exact mode does.
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    pi = mentored.solve(p, q, divergence=div, budget=1e-9).pi
+    assert not mentored.certify(p, q, pi, div, 1e-10).ok
+    assert mentored.certify(p, q, pi, div, 1e-9).ok
