@@ -1,34 +1,44 @@
 r"""Mentored speculative decoding with Hugging Face causal language models.
 
-:func:`generate` drafts ``k`` tokens with a small ``AutoModelForCausalLM`` (the drafter :math:`q`),
-scores them with a large one (the target :math:`p`) in one forward pass, and accepts or resamples
-with :func:`mentored.speculative_step`, whose verifier at each position is the optimal
-:math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for that position's :math:`(p, q)`. Any pair of
-models sharing a tokenizer (the same vocabulary) works; nothing is downloaded.
+:func:`generate` drafts ``k`` tokens per row of a batch with a small ``AutoModelForCausalLM`` (the
+drafter :math:`q`), scores them with a large one (the target :math:`p`) in one forward pass, and
+accepts or resamples with :func:`mentored.speculative_step`, whose verifier at each position is the
+optimal :math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for that position's :math:`(p, q)`. Any
+pair of models sharing a vocabulary works; nothing is downloaded.
 
-KV caches (``use_cache=True``, the default): each model keeps a ``transformers.DynamicCache``
-holding keys and values for a prefix of the sequence, and is fed only the tokens its cache lacks.
-After a round with ``n`` of ``k`` drafts accepted and the sequence ``ids`` (length ``L`` before the
-round) extended by ``x_1 .. x_n`` and one target-sampled token:
+* Batches: left-padded prompts with an attention mask, as for ``model.generate``; rows accept
+  different numbers of drafts, finish independently (``eos_token_id``, ``max_new_tokens``) and
+  leave the batch when they finish.
+* Sampling: temperature, top-k and top-p are applied to both models' logits by transformers' own
+  warpers (:func:`sampling_probs`); the verifier keeps the target's zeros (``zeros="keep"``), so a
+  token the warpers removed from :math:`p` is never emitted, whatever the divergence and budget.
+* KV caches (``use_cache=True``): one ``DynamicCache`` per model for the batch, in the layout HF
+  uses for a left-padded batch (each row's tokens right-aligned, padding masked), with explicit
+  position ids. Each round the target is fed, per row, what its cache lacks plus the ``k`` drafts
+  (``1 + k`` tokens after the first round): one target forward pass per round. After verification
+  each row's rejected drafts are masked and every row's remaining columns are gathered,
+  right-aligned, into a cache without holes (the per-row crop; finished rows are dropped). This is
+  exact for models whose cached keys and values carry their positions (GPT-2's learned positions,
+  Llama's rotary embedding), i.e. the usual decoder-only models; sliding-window caches are refused.
+  ``use_cache=False`` recomputes every prefix and gives the same tokens for the same seed.
+* Statistics per row (:class:`GenerateStats`): acceptance per draft position, accepted drafts per
+  target pass, target passes per token; wall time split between drafter, target, verification and
+  cache bookkeeping.
 
-* the target was fed ``ids[-1], x_1 .. x_k`` (the whole prompt plus drafts in the first round), so
-  its cache held ``L + k`` positions; ``crop`` removes the ``k - n`` rejected drafts, leaving
-  ``ids + x_1 .. x_n``. The next round feeds the new last token and the next ``k`` drafts: exactly
-  one target forward pass of ``k + 1`` tokens per round;
-* the drafter was fed ``x_1 .. x_{k-1}`` (``x_k`` is sampled from the last logits but never fed),
-  so its cache held ``L + k - 1`` positions; ``crop`` removes ``k - 1 - min(n, k - 1)`` of them. The
-  next round feeds whatever its cache lacks (one token, or ``x_k`` and the bonus when all ``k``
-  were accepted).
-
-No rejected token stays in either cache. ``use_cache=False`` recomputes the prefix every pass (the
-drafter once per drafted token, the target once per round over prefix and drafts); given the same
-seed both paths make the same draws and the same decisions. Counts reported are target forward
-passes, the quantity speculation saves.
+:func:`load_pair` loads the character-level transformer pair shipped in ``mentored/models``
+(trained by ``python -m mentored.train``; docs/neural.md), after checking its SHA-256 checksums.
+:class:`mentored_assisted_generation` makes transformers' own
+``model.generate(..., assistant_model=draft, do_sample=True)`` verify with mentored decoding.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 try:
     import torch
@@ -38,53 +48,338 @@ except ImportError as exc:
 from .speculative import speculative_step
 from .textlm import DecodeStats
 
-__all__ = ["generate"]
+__all__ = ["generate", "GenerateStats", "load_pair", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 
-def _probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    return torch.softmax(logits.to(torch.float64) / temperature, dim=-1)
+# --------------------------------------------------------------------------------------------------
+# The shipped pair
 
 
-class _Cached:
-    """A causal LM with its ``DynamicCache``: ``ids`` holds the tokens whose keys and values it caches."""
+@dataclass(frozen=True)
+class Pair:
+    """The shipped character-level transformer pair (see ``docs/neural.md``)."""
 
-    def __init__(self, model, name: str):
-        from transformers import DynamicCache
+    target: object
+    drafter: object
+    tokenizer: object  # mentored.textlm.CharTokenizer, the demo's
+    results: dict  # training results: sizes, FLOPs per token, held-out bits per character
 
-        self.model = model
+
+def verify_checksums(directory=None) -> dict:
+    """Check every file listed in ``SHA256SUMS`` under ``directory`` (default: the package's
+    ``mentored/models``); return ``{path: sha256}``, raise ``ValueError`` on a mismatch or a missing file."""
+    directory = Path(directory) if directory is not None else MODELS_DIR
+    sums = directory / "SHA256SUMS"
+    if not sums.is_file():
+        raise FileNotFoundError(f"no SHA256SUMS in {directory}: the shipped models are missing (retrain: python -m mentored.train)")
+    out = {}
+    for line in sums.read_text().splitlines():
+        if not line.strip():
+            continue
+        digest, name = line.split(maxsplit=1)
+        path = directory / name.strip()
+        if not path.is_file():
+            raise ValueError(f"{path} is listed in SHA256SUMS but missing")
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != digest:
+            raise ValueError(f"checksum mismatch for {path}: {h.hexdigest()} != {digest} (SHA256SUMS)")
+        out[name.strip()] = digest
+    return out
+
+
+def load_pair(directory=None, *, dtype=None, verify: bool = True) -> Pair:
+    """Load the shipped transformer pair offline (the float16 weights cast to ``dtype``, float32 by
+    default: the fastest on CPU), after checking their SHA-256 checksums."""
+    from transformers import GPT2LMHeadModel
+
+    from .textlm import CharTokenizer
+
+    directory = Path(directory) if directory is not None else MODELS_DIR
+    if verify:
+        verify_checksums(directory)
+    dtype = torch.float32 if dtype is None else dtype
+
+    def load(name):
         try:
-            self.cache = DynamicCache(config=model.config)  # per-layer kinds (e.g. sliding window) from the config
-        except TypeError:  # older transformers: no config argument
-            self.cache = DynamicCache()
-        if hasattr(self.cache, "activate_past_recording"):
-            self.cache.activate_past_recording()  # sliding-window layers keep what a crop must restore
-        if not getattr(self.cache, "is_croppable", True):
-            raise ValueError(f"the {name} model's KV cache cannot be rolled back after a rejection; pass use_cache=False")
-        self.length = 0  # cached positions
-        # The forward keyword for the cache: ``cache`` in recent transformers (``past_key_values`` is
-        # deprecated there and warns), ``past_key_values`` before.
+            m = GPT2LMHeadModel.from_pretrained(directory / name, dtype=dtype, local_files_only=True)
+        except TypeError:  # older transformers: torch_dtype
+            m = GPT2LMHeadModel.from_pretrained(directory / name, torch_dtype=dtype, local_files_only=True)
+        return m.eval()
+
+    vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+    results_path = directory / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    return Pair(target=load("target"), drafter=load("drafter"), tokenizer=CharTokenizer.from_vocab(vocab), results=results)
+
+
+def left_pad(prompts, pad_token_id: int = 0):
+    """``(input_ids, attention_mask)`` for a list of token-id sequences, left-padded to the longest
+    (the layout :func:`generate` and ``model.generate`` take)."""
+    rows = [torch.as_tensor(p, dtype=torch.int64).reshape(-1) for p in prompts]
+    L = max(int(r.numel()) for r in rows)
+    ids = torch.full((len(rows), L), int(pad_token_id), dtype=torch.int64)
+    mask = torch.zeros((len(rows), L), dtype=torch.int64)
+    for b, r in enumerate(rows):
+        ids[b, L - r.numel() :] = r
+        mask[b, L - r.numel() :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def probs_along(model, ids, *, context: int | None = None, stride: int | None = None, temperature: float = 1.0):
+    """Row ``i``: the model's law of ``ids[i]`` given ``ids[:i]``, float64 numpy ``(len(ids), V)``, as
+    :meth:`mentored.textlm.NgramLM.probs_along` gives it for the n-gram models.
+
+    Sliding windows of ``context`` tokens (default: the model's positions) advancing by ``stride``
+    (default ``context // 2``): each position is predicted from between ``context - stride`` and
+    ``context`` earlier tokens (all of them in the first window). Row 0 has no context: the uniform
+    law (a model without a start token cannot predict the first token; leave row 0 out of scores).
+    """
+    import numpy as np
+
+    ids = np.asarray(ids, dtype=np.int64)
+    context = context or _max_positions(model) or ids.size
+    stride = stride or max(1, context // 2)
+    V = model.config.vocab_size
+    device = next(model.parameters()).device
+    out = np.empty((ids.size, V), dtype=np.float64)
+    if ids.size:
+        out[0] = 1.0 / V
+    start = 0
+    while start < ids.size:
+        lo = max(0, start + stride - context) if start else 0
+        hi = min(ids.size, start + stride) if start else min(ids.size, context)
+        x = torch.from_numpy(np.ascontiguousarray(ids[lo:hi]))[None].to(device)
+        p = torch.softmax(model(input_ids=x).logits[0, :, :V].double() / temperature, -1).cpu().numpy()
+        first = max(start, 1)
+        out[first:hi] = p[first - 1 - lo : hi - 1 - lo]
+        start = hi
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling laws
+
+
+def _warpers(temperature: float, top_k, top_p):
+    from transformers.generation.logits_process import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    out = LogitsProcessorList()
+    if temperature != 1.0:
+        out.append(TemperatureLogitsWarper(temperature))
+    if top_k is not None and top_k > 0:
+        out.append(TopKLogitsWarper(top_k))
+    if top_p is not None and top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p))
+    return out
+
+
+def sampling_probs(logits: torch.Tensor, *, temperature: float = 1.0, top_k=None, top_p=None) -> torch.Tensor:
+    """The sampling law HF's ``generate(do_sample=True)`` draws from: temperature, top-k and top-p
+    applied to the logits (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``, in
+    that order, as ``generate`` builds them), then a softmax in float64. Filtered tokens get exactly 0."""
+    shape = logits.shape
+    flat = logits.reshape(-1, shape[-1]).float()
+    flat = _warpers(temperature, top_k, top_p)(None, flat)
+    return torch.softmax(flat.to(torch.float64), dim=-1).reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batched models with per-row KV caches
+
+
+def _cache_tensors(cache):
+    """(owner, key attribute, value attribute) per layer of a DynamicCache (transformers 5 layers, or 4.x lists)."""
+    if hasattr(cache, "layers"):
+        return [(layer, "keys", "values") for layer in cache.layers]
+    return [(cache, ("key_cache", i), ("value_cache", i)) for i in range(len(cache.key_cache))]
+
+
+def _get(owner, attr):
+    return getattr(owner, attr[0])[attr[1]] if isinstance(attr, tuple) else getattr(owner, attr)
+
+
+def _set(owner, attr, value):
+    if isinstance(attr, tuple):
+        getattr(owner, attr[0])[attr[1]] = value
+    else:
+        setattr(owner, attr, value)
+
+
+class _Batched:
+    """One causal LM over a batch of ragged sequences.
+
+    ``cached[b]`` counts the leading tokens of row ``b``'s sequence whose keys and values the cache
+    holds. The cache's columns are laid out as HF's batched generation lays them out with left
+    padding: each row's tokens right-aligned, padding on the left, masked by ``mask`` (B, C). A
+    forward pass feeds each row what its cache lacks (left-padded to the longest), with explicit
+    position ids (a row's real token count before each token), and appends those columns.
+    :meth:`keep` masks a row's rejected trailing columns; :meth:`compact` keeps the rows still
+    generating and gathers each row's valid columns, right-aligned, into a cache with no holes: the
+    per-row crop. Keys and values are stored with their positions already applied (GPT-2's learned
+    position embeddings enter the hidden states, Llama's rotary embedding rotates the keys before
+    caching), so moving a column changes nothing the model computes.
+    """
+
+    def __init__(self, model, name: str, use_cache: bool):
+        self.model, self.name, self.use_cache = model, name, use_cache
+        self.device = next(model.parameters()).device
+        self.cache = None
+        self.mask = None  # (B, C) int64
+        self.cached: list[int] = []
         params = inspect.signature(model.forward).parameters
         self.keyword = "cache" if "cache" in params else "past_key_values"
+        if use_cache:
+            from transformers import DynamicCache
 
-    def __call__(self, seq: torch.Tensor) -> torch.Tensor:
-        """Logits at the positions of ``seq`` not yet cached (at least one is fed); caches them."""
-        if self.length >= seq.shape[1]:
-            raise RuntimeError(f"internal error: cache holds {self.length} positions, sequence has {seq.shape[1]}")
-        fed = seq[:, self.length :]
-        out = self.model(input_ids=fed, use_cache=True, **{self.keyword: self.cache})  # updates self.cache in place
-        self.length += fed.shape[1]
-        if self.cache.get_seq_length() != self.length:
-            raise RuntimeError(f"internal error: cache holds {self.cache.get_seq_length()} positions, expected {self.length}")
+            try:
+                self.cache = DynamicCache(config=model.config)
+            except TypeError:  # older transformers
+                self.cache = DynamicCache()
+            for layer in getattr(self.cache, "layers", []):
+                if getattr(layer, "is_sliding", False):
+                    raise ValueError(f"the {name} model has sliding-window cache layers, whose columns cannot be moved; pass use_cache=False")
+
+    def start(self, rows: int) -> None:
+        self.cached = [0] * rows
+        self.mask = torch.zeros((rows, 0), dtype=torch.int64, device=self.device)
+
+    def __call__(self, seqs: list) -> torch.Tensor:
+        """Logits (B, m, V) of the tokens fed, right-aligned: ``[:, -j:]`` are every row's last ``j``."""
+        chunks = [s[c:] for s, c in zip(seqs, self.cached)] if self.use_cache else list(seqs)
+        m = max(int(c.numel()) for c in chunks)
+        if min(int(c.numel()) for c in chunks) < 1:
+            raise RuntimeError(f"internal error: a row of the {self.name} model has nothing to feed")
+        B = len(chunks)
+        ids = torch.zeros((B, m), dtype=torch.int64, device=self.device)
+        fmask = torch.zeros((B, m), dtype=torch.int64, device=self.device)
+        pos = torch.zeros((B, m), dtype=torch.int64, device=self.device)
+        for b, c in enumerate(chunks):
+            n = int(c.numel())
+            ids[b, m - n :] = c
+            fmask[b, m - n :] = 1
+            first = self.cached[b] if self.use_cache else 0
+            pos[b, m - n :] = torch.arange(first, first + n, device=self.device)
+        if self.use_cache:
+            full = torch.cat([self.mask, fmask], dim=1)
+            out = self.model(input_ids=ids, attention_mask=full, position_ids=pos, use_cache=True, **{self.keyword: self.cache})
+            self.mask = full
+            self.cached = [c + int(ch.numel()) for c, ch in zip(self.cached, chunks)]
+            if self.cache.get_seq_length() != self.mask.shape[1]:
+                raise RuntimeError(f"internal error: the {self.name} cache holds {self.cache.get_seq_length()} columns, expected {self.mask.shape[1]}")
+        else:
+            out = self.model(input_ids=ids, attention_mask=fmask, position_ids=pos, use_cache=False)
         return out.logits
 
-    def keep(self, n: int) -> None:
-        """Discard every cached position from ``n`` on (the rejected drafts)."""
-        drop = self.length - n
+    def keep(self, b: int, n: int) -> None:
+        """Row ``b`` keeps its first ``n`` cached tokens (its last ``cached[b] - n`` columns are masked)."""
+        if not self.use_cache:
+            return
+        drop = self.cached[b] - n
         if drop < 0:
-            raise RuntimeError(f"internal error: cannot keep {n} of {self.length} cached positions")
-        if drop:  # crop(-0) would be crop(0), which empties the cache in some transformers versions
-            self.cache.crop(-drop)  # negative: remove that many (transformers 4.x and 5.x agree)
-            self.length = n
+            raise RuntimeError(f"internal error: cannot keep {n} of {self.cached[b]} cached tokens")
+        if drop:
+            C = self.mask.shape[1]
+            if int(self.mask[b, C - drop :].sum()) != drop:
+                raise RuntimeError("internal error: a dropped cache column was not a token of the row")
+            self.mask[b, C - drop :] = 0
+            self.cached[b] = n
+
+    def compact(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (in that order) and remove the masked columns (the per-row crop): done when
+        a row finished or more than ``_COMPACT_SLACK`` of the columns are removable; until then the
+        rejected columns stay in place, masked."""
+        if not self.use_cache:
+            self.cached = [self.cached[r] for r in rows]
+            return
+        mask = self.mask[rows]
+        counts = mask.sum(dim=1)
+        width = int(counts.max()) if len(rows) else 0
+        C = self.mask.shape[1]
+        if len(rows) == self.mask.shape[0] and (C - width) <= _COMPACT_SLACK * C:
+            return  # no finished row and few removable columns: the holes stay masked (attention skips them)
+        # A stable sort puts each row's masked columns first and its valid ones after, in order: the
+        # last `width` sorted columns are the row's valid columns right-aligned (masked ones before).
+        index = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - width :]
+        new_mask = (torch.arange(width, device=self.device)[None, :] >= (width - counts)[:, None]).to(torch.int64)
+        row_index = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
+        for owner, k_attr, v_attr in _cache_tensors(self.cache):
+            for attr in (k_attr, v_attr):
+                t = _get(owner, attr)
+                if t is None or t.numel() == 0:
+                    continue
+                t = t.index_select(0, row_index)
+                idx = index[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
+                _set(owner, attr, torch.gather(t, 2, idx))
+        self.mask = new_mask
+        self.cached = [self.cached[r] for r in rows]
+
+
+# Compact a cache when more than this fraction of its columns could be removed (or a row finished).
+# Masked holes cost attention over a few dead columns; a compaction costs a gather of every layer.
+_COMPACT_SLACK = 0.125
+
+
+def _max_positions(model):
+    cfg = model.config
+    return getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+
+
+@dataclass(frozen=True)
+class GenerateStats(DecodeStats):
+    """:class:`mentored.textlm.DecodeStats` pooled over the batch, plus ``rows`` (one
+    ``DecodeStats`` per row: its ``per_position`` acceptance, ``mean_accepted`` drafts per target
+    pass, ``passes_per_token``), ``rounds`` (batched target forward passes) and ``seconds``: wall
+    time of the drafter's passes (``draft``), the target's (``target``), the verification and
+    sampling (``verify``), cache bookkeeping (``cache``) and the whole call (``total``), shared by
+    every row of the batch."""
+
+    rows: tuple = ()
+    rounds: int = 0
+    seconds: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def _check_prompts(input_ids, attention_mask, device):
+    ids = torch.as_tensor(input_ids, device=device)
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"input_ids must be a non-empty batch of sequences, shape (L,) or (B, L); got {tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"input_ids must hold integer token ids, got {ids.dtype}")
+    ids = ids.to(torch.int64)
+    if attention_mask is None:
+        mask = torch.ones_like(ids)
+    else:
+        mask = torch.as_tensor(attention_mask, device=device)
+        if mask.ndim == 1:
+            mask = mask[None]
+        if mask.shape != ids.shape:
+            raise ValueError(f"attention_mask has shape {tuple(mask.shape)}, input_ids {tuple(ids.shape)}")
+        mask = mask.to(torch.int64)
+        if bool(((mask != 0) & (mask != 1)).any()):
+            raise ValueError("attention_mask must hold 0 and 1")
+        if bool((mask[:, 1:] < mask[:, :-1]).any()):
+            raise ValueError("padding must be on the left (attention_mask of the form 0..0 1..1 per row), as for decoder-only generation")
+    lengths = mask.sum(dim=1)
+    if bool((lengths == 0).any()):
+        raise ValueError("every row needs at least one prompt token (attention_mask all zero in a row)")
+    return ids, mask, [ids[b, ids.shape[1] - int(lengths[b]) :] for b in range(ids.shape[0])]
 
 
 @torch.no_grad()
@@ -92,115 +387,294 @@ def generate(
     target_model,
     draft_model,
     input_ids,
+    attention_mask=None,
     *,
-    max_new_tokens: int = 32,
     k: int = 4,
     divergence="kl",
-    budget: float = 0.0,
+    budget=0.1,
+    max_new_tokens: int = 32,
     temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
     eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
     seed: int | None = None,
+    streamer=None,
     use_cache: bool = True,
 ):
-    """Generate up to ``max_new_tokens`` tokens after ``input_ids`` with mentored speculative decoding.
+    r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored speculative decoding.
 
     Parameters
     ----------
-    target_model, draft_model : transformers ``PreTrainedModel`` (causal LM)
-        Called as ``model(input_ids=...)``, returning ``.logits``; same vocabulary size.
-    input_ids : LongTensor (L,) or (1, L)
-        The prompt (one sequence; loop over prompts for several).
+    target_model, draft_model : transformers causal LMs (``PreTrainedModel``)
+        Called as ``model(input_ids=, attention_mask=, position_ids=, ...)`` and returning ``.logits``;
+        the same vocabulary (the first ``target_model.config.vocab_size`` logits of each are used).
+    input_ids : LongTensor (L,) or (B, L)
+        Prompts, left-padded as for any decoder-only batched generation.
+    attention_mask : LongTensor (B, L), optional
+        1 for prompt tokens, 0 for the left padding (default: no padding).
     k : int
         Drafts per target forward pass.
     divergence, budget :
-        The verifier's :math:`f` and :math:`\\varepsilon`; ``budget=0`` is lossless speculative sampling.
-    temperature : float
-        Both models sample from ``softmax(logits / temperature)``.
+        The verifier's :math:`f` and :math:`\varepsilon` (a float, or one per row: shape (B,) or
+        (B, 1)); ``budget=0`` is lossless speculative sampling.
+    temperature, top_k, top_p :
+        Applied to both models' logits as ``model.generate(do_sample=True, ...)`` applies them
+        (:func:`sampling_probs`). The target's zeros are kept: the verifier runs with
+        ``zeros="keep"``, so :math:`\pi_i = 0` wherever the warped :math:`p_i = 0`, and no filtered
+        token is ever emitted whatever the divergence and budget.
     eos_token_id : int, optional
-        Stop after emitting it.
+        A row stops after emitting it (rows finish independently).
+    pad_token_id : int, optional
+        Fills the finished rows of ``sequences`` (default: the target's ``pad_token_id``, else
+        ``eos_token_id``, else 0).
     seed : int, optional
-        Seeds drafting, bonus sampling and the verification uniforms.
+        Seeds drafting, bonus sampling and the verification uniforms (one generator for the batch:
+        a row's draws depend on the batch it is in).
+    streamer : ``transformers`` streamer (``put``/``end``), optional
+        Batch size 1 only, as in transformers: receives the prompt, then each round's emitted tokens.
     use_cache : bool
-        Keep a KV cache per model, cropped after each rejection (see the module docstring); the
-        target then runs once per round on the ``k + 1`` new tokens only. ``False`` recomputes the
-        prefix every pass; both give the same tokens and statistics for the same seed.
+        Keep each model's KV cache (the default); ``False`` recomputes every prefix each pass, and
+        gives the same tokens and statistics for the same seed (a check of the cache handling).
 
     Returns
     -------
-    sequences : LongTensor (1, L + n)
-        Prompt and generated tokens.
-    stats : :class:`mentored.textlm.DecodeStats`
-        ``acceptance``, ``per_position`` (acceptance at each draft position), ``mean_accepted``
-        (accepted drafts per target pass) and ``passes_per_token`` (target passes per generated token).
+    sequences : LongTensor (B, L + T)
+        The prompts as given, then each row's generated tokens, padded on the right with
+        ``pad_token_id`` to the longest row (``T <= max_new_tokens``).
+    stats : :class:`GenerateStats`
+        Pooled counts (``acceptance``, ``mean_accepted``, ``passes_per_token``...), ``stats.rows[b]``
+        per row, and ``stats.seconds`` (drafter / target / verification / cache / total wall time).
+
+    Notes
+    -----
+    KV caches: each model keeps one ``DynamicCache`` for the batch, laid out as HF lays out a
+    left-padded batch (tokens right-aligned, padding masked). Every round the target is fed, per
+    row, the tokens its cache lacks plus the ``k`` drafts (``1 + k`` tokens after the first round)
+    in one forward pass; the drafter is fed what it lacks, then one draft at a time. After
+    verification each row's rejected drafts are masked and :meth:`_Batched.compact` gathers every
+    row's remaining columns, right-aligned, dropping finished rows from the batch: the per-row crop.
+    Rows that accept different numbers of drafts stay in one batched forward pass. Each round emits,
+    per row, its accepted drafts and one token from the target side (residual or bonus).
     """
+    t_total = time.perf_counter()
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     device = next(target_model.parameters()).device
-    ids = torch.as_tensor(input_ids, device=device)
-    if ids.ndim == 1:
-        ids = ids[None]
-    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
-        raise ValueError(f"input_ids must be one non-empty sequence, shape (L,) or (1, L); got {tuple(ids.shape)}")
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"input_ids must hold integer token ids, got {ids.dtype}")
-    ids = ids.to(torch.int64)
+    ids_in, _, prompts = _check_prompts(input_ids, attention_mask, device)
+    B = ids_in.shape[0]
+    if streamer is not None and B != 1:
+        raise ValueError("a streamer needs batch size 1 (as in transformers)")
     V = target_model.config.vocab_size
     if draft_model.config.vocab_size != V:
         raise ValueError(f"the models must share a vocabulary: target has {V} tokens, drafter {draft_model.config.vocab_size}")
+    longest = max(int(p.numel()) for p in prompts) + max_new_tokens + k
+    for name, model in (("target", target_model), ("draft", draft_model)):
+        limit = _max_positions(model)
+        if limit is not None and longest > limit:
+            raise ValueError(f"the {name} model has {limit} positions; the longest prompt + max_new_tokens + k needs {longest}")
+    budget_t = torch.as_tensor(budget, dtype=torch.float64)
+    if budget_t.ndim > 0:
+        budget_t = budget_t.reshape(-1)
+        if budget_t.numel() != B:
+            raise ValueError(f"budget must be a number or one per row ({B}), got shape {tuple(torch.as_tensor(budget).shape)}")
+    if bool((budget_t < 0).any()) or not bool(torch.isfinite(budget_t).all()):
+        raise ValueError("budget must be finite and non-negative")
+    if pad_token_id is None:
+        pad_token_id = getattr(target_model.config, "pad_token_id", None)
+        pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
+    probs = lambda logits: sampling_probs(logits[..., :V], temperature=temperature, top_k=top_k, top_p=top_p)  # noqa: E731
 
-    start = ids.shape[1]
-    steps = drafted = accepted = emitted = verified = 0
-    reached = torch.zeros(k, dtype=torch.float64)
-    kept = torch.zeros(k, dtype=torch.float64)
-    if use_cache:
-        target_lm, draft_lm = _Cached(target_model, "target"), _Cached(draft_model, "draft")
-    else:
-        target_lm = lambda seq: target_model(input_ids=seq, use_cache=False).logits  # noqa: E731
-        draft_lm = lambda seq: draft_model(input_ids=seq, use_cache=False).logits  # noqa: E731
-    while ids.shape[1] - start < max_new_tokens:
-        # Draft k tokens: x_j from the drafter's last logits over ids + x_1 .. x_{j-1}.
+    target_lm, draft_lm = _Batched(target_model, "target", use_cache), _Batched(draft_model, "draft", use_cache)
+    target_lm.start(B)
+    draft_lm.start(B)
+    seqs = list(prompts)  # real tokens per row
+    out = [[] for _ in range(B)]  # generated tokens per row
+    active = list(range(B))  # rows still generating, in batch order
+    counts = {key: [0] * B for key in ("steps", "drafted", "accepted", "emitted", "verified")}
+    reached = torch.zeros((B, k), dtype=torch.float64)
+    kept = torch.zeros((B, k), dtype=torch.float64)
+    sec = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
+    rounds = 0
+    if streamer is not None:
+        streamer.put(prompts[0].cpu())
+    while active:
+        work = [seqs[b] for b in active]
+        # Draft k tokens per row.
+        t0 = time.perf_counter()
         q_rows, drafts = [], []
-        seq = ids
         for _ in range(k):
-            q = _probs(draft_lm(seq)[:, -1, :V], temperature)
-            x = torch.multinomial(q, 1, generator=gen)
+            q = probs(draft_lm(work)[:, -1])
+            x = torch.multinomial(q, 1, generator=gen)  # (A, 1)
             q_rows.append(q)
             drafts.append(x)
-            seq = torch.cat([seq, x], dim=1)
-        draft_ids = torch.cat(drafts, dim=1)  # (1, k)
-        # One target pass scores the k drafts and the bonus position; its last k + 1 logits are the ones
-        # at ids[-1], x_1 .. x_k (logits at i predict i + 1), whatever the cache made it skip.
-        t_logits = target_lm(seq)
-        p = _probs(t_logits[:, -(k + 1) :, :V], temperature)  # (1, k + 1, V)
+            work = [torch.cat([w, x[i]]) for i, w in enumerate(work)]
+        draft_ids = torch.cat(drafts, dim=1)
+        t1 = time.perf_counter()
+        # One target pass scores every row's k drafts and bonus position.
+        p = probs(target_lm(work)[:, -(k + 1) :])  # (A, k + 1, V)
+        t2 = time.perf_counter()
         bonus = torch.multinomial(p[:, k], 1, generator=gen)
-        u = torch.rand((1, k, 2), generator=gen, device=device, dtype=torch.float64)
-        row = speculative_step(p, bonus, torch.stack(q_rows, dim=1), draft_ids, divergence=divergence, budget=budget, uniforms=u)[0]
-        new = row[row >= 0]
-        n_acc = new.numel() - 1
-        if use_cache:  # keep ids + x_1 .. x_n_acc, drop the rejected drafts
-            target_lm.keep(ids.shape[1] + n_acc)
-            draft_lm.keep(ids.shape[1] + min(n_acc, k - 1))
-        steps += 1
-        drafted += k
-        accepted += n_acc
-        verified += min(n_acc + 1, k)
-        reached[: min(n_acc + 1, k)] += 1
-        kept[:n_acc] += 1
-        if eos_token_id is not None and bool((new == eos_token_id).any()):
-            new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
-            emitted += new.numel()
-            ids = torch.cat([ids, new[None]], dim=1)
-            break
-        emitted += new.numel()
-        ids = torch.cat([ids, new[None]], dim=1)
-    ids = ids[:, : start + max_new_tokens]
+        u = torch.rand((len(active), k, 2), generator=gen, device=device, dtype=torch.float64)
+        row_budget = budget_t if budget_t.ndim == 0 else budget_t[active][:, None]
+        q_all = torch.stack(q_rows, dim=1)
+        if device.type == "cpu":  # the C++ core: a few ms per step where the torch path's small ops take tens
+            result = torch.from_numpy(
+                speculative_step(
+                    p.numpy(), bonus.numpy(), q_all.numpy(), draft_ids.numpy(), divergence=divergence, budget=row_budget.numpy(),
+                    uniforms=u.numpy(), zeros="keep",
+                )
+            )
+        else:
+            result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep")
+        t3 = time.perf_counter()
+        rounds += 1
+        still = []
+        for i, b in enumerate(active):
+            row = result[i]
+            new = row[row >= 0]
+            n_acc = int(new.numel()) - 1
+            L = int(seqs[b].numel())
+            target_lm.keep(i, L + n_acc)
+            draft_lm.keep(i, L + min(n_acc, k - 1))
+            counts["steps"][b] += 1
+            counts["drafted"][b] += k
+            counts["accepted"][b] += n_acc
+            counts["verified"][b] += min(n_acc + 1, k)
+            reached[b, : min(n_acc + 1, k)] += 1
+            kept[b, :n_acc] += 1
+            done = False
+            if eos_token_id is not None and bool((new == eos_token_id).any()):
+                new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
+                done = True
+            counts["emitted"][b] += int(new.numel())
+            room = max_new_tokens - len(out[b])
+            emit = new[:room]
+            out[b].extend(emit.tolist())
+            seqs[b] = torch.cat([seqs[b], emit])
+            if streamer is not None:
+                streamer.put(emit.cpu())
+            if not done and len(out[b]) < max_new_tokens:
+                still.append(i)
+        target_lm.compact(still)
+        draft_lm.compact(still)
+        active = [active[i] for i in still]
+        t4 = time.perf_counter()
+        sec["draft"] += t1 - t0
+        sec["target"] += t2 - t1
+        sec["verify"] += t3 - t2
+        sec["cache"] += t4 - t3
+    if streamer is not None:
+        streamer.end()
+    T = max(len(o) for o in out)
+    gen_ids = torch.full((B, T), int(pad_token_id), dtype=torch.int64, device=device)
+    for b, o in enumerate(out):
+        gen_ids[b, : len(o)] = torch.as_tensor(o, dtype=torch.int64, device=device)
+    sequences = torch.cat([ids_in, gen_ids], dim=1)
     per_position = torch.where(reached > 0, kept / reached.clamp(min=1), torch.nan).numpy()
-    stats = DecodeStats(
-        tokens=[ids[0, start:].cpu().numpy()], steps=steps, drafted=drafted, accepted=accepted, per_position=per_position,
-        emitted=emitted, verified=verified,
+    rows = tuple(
+        DecodeStats(
+            tokens=[gen_ids[b, : len(out[b])].cpu().numpy()], steps=counts["steps"][b], drafted=counts["drafted"][b],
+            accepted=counts["accepted"][b], per_position=per_position[b], emitted=counts["emitted"][b], verified=counts["verified"][b],
+        )
+        for b in range(B)
     )
-    return ids, stats
+    r_all, k_all = reached.sum(0), kept.sum(0)
+    sec["total"] = time.perf_counter() - t_total
+    stats = GenerateStats(
+        tokens=[r.tokens[0] for r in rows], steps=sum(counts["steps"]), drafted=sum(counts["drafted"]), accepted=sum(counts["accepted"]),
+        per_position=torch.where(r_all > 0, k_all / r_all.clamp(min=1), torch.nan).numpy(), emitted=sum(counts["emitted"]),
+        verified=sum(counts["verified"]), rows=rows, rounds=rounds, seconds=sec,
+    )
+    return sequences, stats
+
+
+# --------------------------------------------------------------------------------------------------
+# model.generate(..., assistant_model=draft, do_sample=True) with a mentored verifier
+
+
+@dataclass
+class AssistedStats:
+    """What the patched verifier saw: rounds (target passes with candidates), drafts proposed and accepted."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / max(self.drafted, 1)
+
+
+class mentored_assisted_generation:  # noqa: N801 (a context manager, used as a function)
+    r"""Make Hugging Face's own assisted generation verify with mentored decoding.
+
+    Inside the ``with`` block, ``model.generate(..., assistant_model=draft, do_sample=True)``
+    accepts or resamples each round's candidates with :func:`mentored.speculative_step` (the
+    optimal :math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` at each position, ``zeros="keep"``)
+    instead of transformers' ``_speculative_sampling``; everything else (the assistant's drafting
+    schedule, caches, logits processors, stopping) is transformers' own. ``budget=0`` is the
+    lossless rule. Uniforms come from torch's global generator, as in transformers
+    (``torch.manual_seed`` makes runs reproducible). Greedy assisted generation
+    (``do_sample=False``) is not affected. Not thread-safe: it patches
+    ``transformers.generation.utils._speculative_sampling`` for the duration of the block.
+
+    >>> with mentored_assisted_generation(divergence="kl", budget=0.1) as stats:   # doctest: +SKIP
+    ...     out = target.generate(ids, assistant_model=draft, do_sample=True, max_new_tokens=64)
+    >>> stats.acceptance                                                            # doctest: +SKIP
+    """
+
+    def __init__(self, divergence="kl", budget: float = 0.1):
+        if not budget >= 0:
+            raise ValueError(f"budget must be non-negative, got {budget}")
+        self.divergence, self.budget = divergence, float(budget)
+        self.stats = AssistedStats()
+        self._original = None
+
+    def _verify(self, candidate_input_ids, candidate_logits, candidate_length, new_logits, *args, **kwargs):
+        if args or kwargs.get("assistant_ensemble_weight") is not None:
+            raise ValueError("mentored_assisted_generation replaces the verifier: leave assistant_ensemble_weight unset")
+        V = new_logits.shape[-1]
+        drafts = candidate_input_ids[:, -candidate_length:]
+        p = torch.softmax(new_logits.to(torch.float64), dim=-1)  # (1, γ + 1, V), processed by the target's warpers
+        q = torch.softmax(candidate_logits[..., :V].to(torch.float64), dim=-1)  # (1, γ, V)
+        bonus = torch.multinomial(p[:, -1], 1)
+        u = torch.rand((1, candidate_length, 2), dtype=torch.float64, device=p.device)
+        if p.device.type == "cpu":
+            row = torch.from_numpy(
+                speculative_step(
+                    p.numpy(), bonus.numpy(), q.numpy(), drafts.cpu().numpy(), divergence=self.divergence, budget=self.budget,
+                    uniforms=u.numpy(), zeros="keep",
+                )
+            )
+        else:
+            row = speculative_step(p, bonus, q, drafts, divergence=self.divergence, budget=self.budget, uniforms=u, zeros="keep")
+        n = int((row[0] >= 0).sum()) - 1
+        self.stats.rounds += 1
+        self.stats.drafted += min(n + 1, candidate_length)
+        self.stats.accepted += n
+        return row[:, : n + 1].to(candidate_input_ids.device), torch.tensor(n, device=candidate_input_ids.device)
+
+    def __enter__(self) -> AssistedStats:
+        import transformers.generation.utils as gu
+
+        if not hasattr(gu, "_speculative_sampling"):
+            raise RuntimeError("this transformers version has no generation.utils._speculative_sampling to replace")
+        self._original = gu._speculative_sampling
+        gu._speculative_sampling = self._verify
+        return self.stats
+
+    def __exit__(self, *exc) -> None:
+        import transformers.generation.utils as gu
+
+        gu._speculative_sampling = self._original

@@ -89,6 +89,17 @@ class CharTokenizer:
         self._index = {c: i for i, c in enumerate(self.vocab)}
         self.V = len(self.vocab)
 
+    @classmethod
+    def from_vocab(cls, vocab) -> "CharTokenizer":
+        """The tokenizer with this vocabulary (``vocab[0]`` the unknown character), e.g. the shipped
+        models' ``vocab.json``."""
+        tok = cls.__new__(cls)
+        tok.vocab = list(vocab)
+        tok.unk = 0
+        tok._index = {c: i for i, c in enumerate(tok.vocab)}
+        tok.V = len(tok.vocab)
+        return tok
+
     def encode(self, text: str) -> np.ndarray:
         get = self._index.get
         return np.fromiter((get(c, 0) for c in text), dtype=np.int64, count=len(text))

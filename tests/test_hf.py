@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 transformers = pytest.importorskip("transformers", reason="transformers is optional; the README test command installs it (extra 'test')")
 
-from mentored.hf import generate  # noqa: E402
+from mentored.hf import generate, sampling_probs  # noqa: E402
 
 VOCAB = 64
 
@@ -102,8 +102,18 @@ def test_budget_raises_acceptance_over_many_rounds(models):
 
 def test_generate_refuses_bad_input(models):
     target, draft = models
-    with pytest.raises(ValueError, match="one non-empty sequence"):
-        generate(target, draft, torch.tensor([[1, 2], [3, 4]]))
+    with pytest.raises(ValueError, match="non-empty batch"):
+        generate(target, draft, torch.zeros((2, 0), dtype=torch.int64))
+    with pytest.raises(ValueError, match="padding must be on the left"):
+        generate(target, draft, torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 0], [1, 1]]))
+    with pytest.raises(ValueError, match="at least one prompt token"):
+        generate(target, draft, torch.tensor([[1, 2], [3, 4]]), torch.tensor([[0, 0], [1, 1]]))
+    with pytest.raises(ValueError, match="positions"):
+        generate(target, draft, torch.tensor([1, 2]), max_new_tokens=200)
+    with pytest.raises(ValueError, match="streamer"):
+        generate(target, draft, torch.tensor([[1, 2], [3, 4]]), streamer=object())
+    with pytest.raises(ValueError, match="top_p"):
+        generate(target, draft, torch.tensor([1]), top_p=0.0)
     with pytest.raises(TypeError, match="integer token ids"):
         generate(target, draft, torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="k must be"):
@@ -175,3 +185,196 @@ def test_recompute_feeds_the_whole_prefix(models, monkeypatch):
     prefix = np.cumsum([len(prompt)] + [n + 1 for n in accepted[:-1]])
     assert t_len == list(prefix + k) and len(t_len) == stats.steps
     assert stats.passes_per_token == stats.steps / stats.emitted
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batches: left padding, rows finishing independently, per-row statistics, sampling warpers
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [20, 21, 22, 23], [30], [40, 41, 42]]
+
+
+def left_padded(prompts, pad=0):
+    from mentored.hf import left_pad
+
+    L = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (L - len(p)) + list(p) for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    got = left_pad(prompts, pad)
+    assert torch.equal(got[0], ids) and torch.equal(got[1], mask)
+    return ids, mask
+
+
+def greedy(model, prompt, n):
+    """The target's own greedy decoding (HF generate, one unpadded row)."""
+    out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt) :].tolist()
+
+
+def assert_greedy_invariant(target, draft, prompts, n, cases, k=3):
+    ids, mask = left_padded(prompts)
+    want = [greedy(target, p, n) for p in prompts]
+    for divergence, budget in cases:
+        seq, stats = generate(target, draft, ids, mask, k=k, divergence=divergence, budget=budget, max_new_tokens=n, top_k=1, seed=0)
+        assert seq.shape == (len(prompts), ids.shape[1] + n)
+        assert torch.equal(seq[:, : ids.shape[1]], ids)
+        for b in range(len(prompts)):
+            assert seq[b, ids.shape[1] :].tolist() == want[b], f"row {b}, {divergence} at budget {budget}"
+            assert stats.rows[b].tokens[0].tolist() == want[b]
+
+
+@pytest.mark.parametrize("pair", ["gpt2", "llama"])
+def test_greedy_invariant_on_a_padded_batch(models, llama, pair):
+    # top_k=1: p is one-hot; π ≪ p under kl at any budget, π = p at budget 0 under any divergence,
+    # and zeros="keep" makes π = p at any budget under every divergence: the target's greedy decoding.
+    target, draft = models
+    if pair == "llama":
+        target = llama
+    cases = [("kl", 1.0), ("kl", 0.1), ("kl", 0.0), ("tv", 0.0), ("hellinger", 0.0), ("tv", 1.0), ("hellinger", 2.0), ("reverse_kl", 0.5)]
+    assert_greedy_invariant(target, draft, PROMPTS, 12, cases)
+
+
+@pytest.mark.parametrize("slack", [0.0, 0.125, 10.0])
+def test_padded_batch_cache_and_recompute_agree(models, slack, monkeypatch):
+    # The per-row crop: after rows accept different numbers of drafts and drop out of the batch, the
+    # caches (compacted every round, now and then, or only when a row finishes, holes masked in
+    # between) must give the logits of a full recompute, hence the same draws and decisions.
+    import mentored.hf
+
+    monkeypatch.setattr(mentored.hf, "_COMPACT_SLACK", slack)
+    target, draft = models
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(k=3, divergence="tv", budget=0.6, max_new_tokens=25, seed=3)
+    a = generate(target, draft, ids, mask, **kw)
+    b = generate(target, draft, ids, mask, use_cache=False, **kw)
+    assert torch.equal(a[0], b[0])
+    for ra, rb in zip(a[1].rows, b[1].rows):
+        assert (ra.steps, ra.accepted, ra.verified, ra.emitted) == (rb.steps, rb.accepted, rb.verified, rb.emitted)
+    rounds = [r.steps for r in a[1].rows]
+    assert len(set(rounds)) > 1  # rows accepted different numbers of drafts and finished at different rounds
+    assert a[1].rounds == max(rounds)
+
+
+def test_rows_finish_independently_at_eos(models):
+    target, draft = models
+    ids, mask = left_padded(PROMPTS)
+    free, _ = generate(target, draft, ids, mask, k=2, budget=0.0, max_new_tokens=30, seed=7)
+    L = ids.shape[1]
+    eos = int(free[0, L + 3])  # the fourth token of row 0 under these draws
+    seq, stats = generate(target, draft, ids, mask, k=2, budget=0.0, max_new_tokens=30, seed=7, eos_token_id=eos, pad_token_id=63)
+    for b in range(len(PROMPTS)):
+        toks = stats.rows[b].tokens[0].tolist()
+        if eos in toks:
+            assert toks.index(eos) == len(toks) - 1  # stops right after its eos
+            assert (seq[b, L + len(toks) :] == 63).all()
+        else:
+            assert len(toks) == 30
+    assert len(stats.rows[0].tokens[0]) <= 4
+
+
+def test_per_row_statistics(models):
+    target, draft = models
+    ids, mask = left_padded(PROMPTS)
+    seq, stats = generate(target, draft, ids, mask, k=4, divergence="kl", budget=0.5, max_new_tokens=20, seed=8)
+    for r in stats.rows:
+        assert r.drafted == 4 * r.steps and r.emitted == r.accepted + r.steps >= 20
+        assert r.per_position.shape == (4,) and 1 / 5 <= r.passes_per_token <= 1
+    assert stats.steps == sum(r.steps for r in stats.rows) and stats.accepted == sum(r.accepted for r in stats.rows)
+    assert set(stats.seconds) == {"draft", "target", "verify", "cache", "total"}
+    assert stats.seconds["total"] >= stats.seconds["draft"] + stats.seconds["target"]
+
+
+def test_sampling_probs_match_hf_warpers(models):
+    # The law generate samples from is HF's: temperature, then top-k, then top-p.
+    from transformers.generation.logits_process import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(6, VOCAB) * 3
+    ours = sampling_probs(logits, temperature=0.7, top_k=10, top_p=0.8)
+    ref = LogitsProcessorList([TemperatureLogitsWarper(0.7), TopKLogitsWarper(10), TopPLogitsWarper(0.8)])(None, logits.clone())
+    torch.testing.assert_close(ours, torch.softmax(ref.double(), -1))
+    assert ((ours > 0).sum(-1) <= 10).all()
+
+
+@pytest.mark.parametrize("divergence, budget", [("tv", 1.0), ("hellinger", 2.0), ("kl", 5.0)])
+def test_top_k_and_top_p_zeros_are_kept(models, divergence, budget):
+    # Under tv and hellinger, π may put mass where p = 0 (f_inf < inf), but generate verifies with
+    # zeros="keep": no token outside the target's top-k is ever emitted, whatever the budget.
+    target, draft = models
+    ids, mask = left_padded(PROMPTS[:3])
+    seq, _ = generate(target, draft, ids, mask, k=3, divergence=divergence, budget=budget, max_new_tokens=15, top_k=3, seed=9, use_cache=False)
+    L = ids.shape[1]
+    for b, prompt in enumerate(PROMPTS[:3]):
+        row = list(prompt) + seq[b, L:].tolist()
+        logits = target(input_ids=torch.tensor([row])).logits[0]
+        allowed = torch.topk(logits, 3, dim=-1).indices
+        for i in range(len(prompt), len(row)):
+            assert row[i] in allowed[i - 1].tolist()
+
+
+def test_first_token_law_at_budget_zero(models):
+    # Budget 0: the output law is the target's sampling law (here with temperature and top-p).
+    # Chi-square on the first generated token over many draws of a batch of one prompt repeated.
+    from scipy.stats import chisquare
+
+    target, draft = models
+    prompt = [5, 6, 7]
+    n = 2000
+    ids = torch.tensor([prompt] * n)
+    seq, _ = generate(target, draft, ids, k=2, divergence="tv", budget=0.0, max_new_tokens=1, temperature=1.5, top_p=0.9, seed=10)
+    with torch.no_grad():
+        p = sampling_probs(target(input_ids=torch.tensor([prompt])).logits[0, -1], temperature=1.5, top_p=0.9).numpy()
+    counts = np.bincount(seq[:, len(prompt)].numpy(), minlength=VOCAB)
+    assert counts[p == 0].sum() == 0
+    support = p > 0
+    expected = p[support] * n
+    big = expected >= 5
+    obs = np.r_[counts[support][big], counts[support][~big].sum()]
+    exp = np.r_[expected[big], expected[~big].sum()]
+    keep = exp > 0
+    assert chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-3
+
+
+def test_streamer_receives_prompt_then_tokens(models):
+    target, draft = models
+
+    class Recorder:
+        def __init__(self):
+            self.parts, self.ended = [], False
+
+        def put(self, value):
+            self.parts.append(value.tolist())
+
+        def end(self):
+            self.ended = True
+
+    rec = Recorder()
+    seq, _ = generate(target, draft, torch.tensor([5, 6, 7]), k=3, max_new_tokens=10, seed=11, streamer=rec)
+    assert rec.ended and rec.parts[0] == [5, 6, 7]
+    assert sum(rec.parts[1:], []) == seq[0, 3:].tolist()
+
+
+def test_assisted_generation_context_manager(models):
+    # model.generate(..., assistant_model=draft, do_sample=True) inside the context manager verifies
+    # with mentored decoding: top_k=1 gives the target's greedy decoding; a tv budget of 1 accepts
+    # every draft the assistant proposes (π = q; top_k=0 lifts the default top-50, whose zeros π keeps);
+    # on exit transformers' own verifier is back.
+    import transformers.generation.utils as gu
+
+    from mentored.hf import mentored_assisted_generation
+
+    target, draft = models
+    ids = torch.tensor([[5, 6, 7, 8]])
+    original = gu._speculative_sampling
+    ref = target.generate(ids, do_sample=False, max_new_tokens=20, pad_token_id=0)
+    with mentored_assisted_generation("kl", 1.0) as stats:
+        assert gu._speculative_sampling is not original
+        out = target.generate(ids, assistant_model=draft, do_sample=True, top_k=1, max_new_tokens=20, pad_token_id=0)
+    assert torch.equal(out, ref) and stats.rounds > 0
+    assert gu._speculative_sampling is original
+    acc = []
+    for budget in (0.0, 1.0):
+        torch.manual_seed(0)
+        with mentored_assisted_generation("tv", budget) as stats:
+            target.generate(ids, assistant_model=draft, do_sample=True, top_k=0, max_new_tokens=30, pad_token_id=0)
+        acc.append(stats.acceptance)
+    assert acc[1] == 1.0 > acc[0]

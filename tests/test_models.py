@@ -1,0 +1,152 @@
+"""The shipped transformer pair (mentored/models): checksums, offline loading, sizes, and
+mentored.hf.generate's invariants on it (greedy decoding of a padded batch, the budget-0 law)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
+pytest.importorskip("transformers", reason="transformers is optional; the README test command installs it (extra 'test')")
+
+from mentored.hf import MODELS_DIR, generate, load_pair, sampling_probs, verify_checksums  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return load_pair()
+
+
+@pytest.fixture(scope="module")
+def test_ids():
+    from mentored.textlm import demo_models
+
+    return demo_models(0).test
+
+
+def test_checksums_and_files():
+    sums = verify_checksums()
+    assert {"target/model.safetensors", "drafter/model.safetensors", "target/config.json", "drafter/config.json", "vocab.json"} <= set(sums)
+    total = sum(p.stat().st_size for p in MODELS_DIR.rglob("*") if p.is_file())
+    assert total <= 20 * 2**20, f"the shipped models take {total / 2**20:.1f} MiB"
+    from safetensors import safe_open
+
+    for name in ("target", "drafter"):
+        with safe_open(str(MODELS_DIR / name / "model.safetensors"), framework="pt") as f:
+            assert {f.get_slice(key).get_dtype() for key in f.keys()} == {"F16"}
+
+
+def test_a_corrupted_file_is_refused(tmp_path):
+    copy = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, copy)
+    weights = copy / "drafter" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum mismatch"):
+        load_pair(copy)
+    shutil.copy(MODELS_DIR / "drafter" / "model.safetensors", weights)
+    verify_checksums(copy)
+    (copy / "vocab.json").unlink()
+    with pytest.raises(ValueError, match="missing"):
+        verify_checksums(copy)
+
+
+def test_pair_sizes_and_tokenizer(pair):
+    from mentored.textlm import demo_models
+    from mentored.train import flops_per_token
+
+    assert pair.tokenizer.vocab == demo_models(0).tokenizer.vocab  # the demo's character tokenizer
+    t, d = pair.target.config, pair.drafter.config
+    assert t.vocab_size == d.vocab_size == pair.tokenizer.V
+    assert t.n_layer >= 4 and flops_per_token(t) >= 10 * flops_per_token(d)
+    assert next(pair.target.parameters()).dtype == torch.float32  # fp16 on disk, fp32 to compute on CPU
+    r = pair.results
+    assert r["target"]["test_bits_20000"] < r["drafter"]["test_bits_20000"]
+    assert r["flops_ratio"] == pytest.approx(flops_per_token(t) / flops_per_token(d))
+
+
+def test_loaded_weights_are_good_on_held_out_text(pair, test_ids):
+    # On the first 2,048 test characters: near what results.json records on 20,000, the target ahead.
+    from mentored.train import bits_per_char
+
+    bt = bits_per_char(pair.target, test_ids, 2048)
+    bd = bits_per_char(pair.drafter, test_ids, 2048)
+    r = pair.results
+    assert abs(bt - r["target"]["test_bits_20000"]) < 0.25 and abs(bd - r["drafter"]["test_bits_20000"]) < 0.25
+    assert bt < bd
+
+
+def _prompts(test_ids, lengths):
+    starts = np.linspace(0, test_ids.size - 200, len(lengths)).astype(int)
+    return [test_ids[s : s + n].tolist() for s, n in zip(starts, lengths)]
+
+
+def test_greedy_invariant_on_the_shipped_pair(pair, test_ids):
+    prompts = _prompts(test_ids, [40, 17, 29, 5, 33])
+    n = 16
+    L = max(map(len, prompts))
+    ids = torch.tensor([[0] * (L - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    want = []
+    for p in prompts:
+        out = pair.target.generate(torch.tensor([p]), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+        want.append(out[0, len(p) :].tolist())
+    for divergence, budget in (("kl", 1.0), ("kl", 0.05), ("tv", 0.0), ("hellinger", 0.0), ("tv", 0.5)):
+        seq, stats = generate(pair.target, pair.drafter, ids, mask, k=4, divergence=divergence, budget=budget, max_new_tokens=n, top_k=1, seed=0)
+        for b in range(len(prompts)):
+            assert seq[b, L:].tolist() == want[b], f"row {b}: {divergence} at budget {budget}"
+        assert 0 < stats.acceptance <= 1
+
+
+def test_first_token_law_at_budget_zero_on_the_shipped_pair(pair, test_ids):
+    from scipy.stats import chisquare
+
+    prompt = _prompts(test_ids, [24])[0]
+    n = 600
+    seq, _ = generate(pair.target, pair.drafter, torch.tensor([prompt] * n), k=2, divergence="kl", budget=0.0, max_new_tokens=1, seed=1)
+    with torch.no_grad():
+        p = sampling_probs(pair.target(input_ids=torch.tensor([prompt])).logits[0, -1]).numpy()
+    counts = np.bincount(seq[:, len(prompt)].numpy(), minlength=p.size)
+    expected = p * n
+    big = expected >= 5
+    obs = np.r_[counts[big], counts[~big].sum()]
+    exp = np.r_[expected[big], expected[~big].sum()]
+    assert chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+
+
+@pytest.mark.slow
+def test_loaded_weights_give_the_recorded_bits(pair, test_ids):
+    from mentored.train import bits_per_char
+
+    for name, model in (("target", pair.target), ("drafter", pair.drafter)):
+        assert bits_per_char(model, test_ids, 20000) == pytest.approx(pair.results[name]["test_bits_20000"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_training_script_is_seeded(tmp_path):
+    # Two short runs of the training script give byte-identical weights (same machine, one thread).
+    from mentored.train import main
+
+    outs = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        main(["--out", str(out), "--target-steps", "2", "--drafter-steps", "2"])
+        outs.append((out / "SHA256SUMS").read_text())
+        results = json.loads((out / "results.json").read_text())
+        assert set(results) >= {"target", "drafter", "flops_ratio"}
+    assert outs[0] == outs[1]
