@@ -22,7 +22,7 @@ tokens, a target p verifies them; the output law pi may drift from p within an f
 budget eps, and is chosen to accept as many drafts as possible.
 
   mentored demo --quick     acceptance against budget on one LLM-like row (about a second)
-  mentored demo             lossless and mentored decoding of held-out text (about a minute)
+  mentored demo             lossless and mentored decoding of held-out text (under a minute)
   mentored solve p.npy q.npy --budget 0.1
   mentored frontier p.npy q.npy --plot frontier.png
   mentored certify p.npy q.npy pi.npy --budget 0.1"""
@@ -75,40 +75,74 @@ def demo(args) -> int:
     from .textlm import demo_models, speculative_decode
 
     t0 = time.perf_counter()
-    sys.stderr.write("training the drafter (bigram) and the target (6-gram) on Python's own documentation...\n")
-    m = demo_models(args.seed)
+    m = demo_models(args.seed)  # the text, its split and the character tokenizer (both pairs share them)
     tok = m.tokenizer
+    neural = not args.ngram and _hf_available()
+    if neural:
+        import torch
+
+        from .hf import generate, left_pad, load_pair, probs_along
+
+        from transformers.utils import logging as hf_logging
+
+        torch.set_num_threads(1)  # tiny models: one thread beats a team, and leaves a core free
+        hf_logging.disable_progress_bar()  # no weight-loading bars in the demo's output
+        pair = load_pair()
     t_train = time.perf_counter() - t0
     stride = max(1, (m.test.size - args.prompt_len) // args.prompts)
     prompts = [m.test[i * stride : i * stride + args.prompt_len] for i in range(args.prompts)]
     n_eval = min(args.eval_tokens, m.test.size)
     ids = m.test[:n_eval]
-    P = m.target.probs_along(ids)
-    Q = m.drafter.probs_along(ids)
+    if neural:
+        # Row 0 has no context for a model without a start token: scored from position 1 on.
+        P, Q, ids = probs_along(pair.target, ids)[1:], probs_along(pair.drafter, ids)[1:], ids[1:]
+        n_eval -= 1
+        prompt_ids, prompt_mask = left_pad(prompts)
+    else:
+        P = m.target.probs_along(ids)
+        Q = m.drafter.probs_along(ids)
     nll = lambda x: float(-np.mean(np.log2(x[np.arange(n_eval), ids])))  # noqa: E731
     rows, stats = [], {}
     # tqdm stays quiet when stderr is not a terminal (disable=None), so logs get no bar updates.
     with tqdm(total=len(DEMO_SETTINGS) * args.prompts * args.new_tokens, unit="char", disable=None, file=sys.stderr) as bar:
         for div, budget in DEMO_SETTINGS:
             bar.set_description(f"{div} eps={budget:g}")
-            st = speculative_decode(
-                m.drafter, m.target, prompts, new_tokens=args.new_tokens, k=args.k, divergence=div, budget=budget, seed=args.seed,
-                progress=lambda n: bar.update(min(n, args.new_tokens)),
-            )
+            start = time.perf_counter()
+            if neural:
+                _, st = generate(pair.target, pair.drafter, prompt_ids, prompt_mask, k=args.k, divergence=div, budget=budget,
+                                 max_new_tokens=args.new_tokens, seed=args.seed)
+                bar.update(args.prompts * args.new_tokens)
+            else:
+                st = speculative_decode(
+                    m.drafter, m.target, prompts, new_tokens=args.new_tokens, k=args.k, divergence=div, budget=budget, seed=args.seed,
+                    progress=lambda n: bar.update(min(n, args.new_tokens)),
+                )
+            rate = args.prompts * args.new_tokens / (time.perf_counter() - start)
             pi = solve(P, Q, divergence=div, budget=budget).pi
-            rows.append((div, budget, st, nll(pi)))
+            rows.append((div, budget, st, nll(pi), rate))
             stats[div, budget] = st
     elapsed = time.perf_counter() - t0
     bits_p, bits_q = nll(P), nll(Q)
 
     print(f"Speculative decoding of Python's documentation, character level (vocabulary {tok.V}).")
-    print(f"drafter q: {m.drafter.order}-gram, target p: {m.target.order}-gram (interpolated Kneser-Ney), trained on")
-    print(f"{m.train.size:,} characters of pydoc topics and stdlib docstrings; {args.prompts} held-out prompts of {args.prompt_len}")
-    print(f"characters, {args.new_tokens} new characters each, k = {args.k} drafts per target pass.\n")
-    print(f"{'verifier':>10} {'eps':>6} {'accept':>7} {'acc.len':>7} {'passes/tok':>10} {'bits(pi)':>9}")
-    for div, budget, st, b_pi in rows:
+    if neural:
+        r = pair.results
+        print(f"drafter q: GPT-2, {r['drafter']['config']['n_layer']} layers x {r['drafter']['config']['n_embd']}; target p: GPT-2, "
+              f"{r['target']['config']['n_layer']} layers x {r['target']['config']['n_embd']} ({r['flops_ratio']:.1f}x the drafter's FLOPs),")
+        print(f"shipped with the package (mentored.hf.load_pair), trained on {m.train.size:,} characters of pydoc topics and")
+        print(f"stdlib docstrings; {args.prompts} held-out prompts of {args.prompt_len} characters, one batch, {args.new_tokens} new")
+        print(f"characters each, k = {args.k} drafts per target pass. (--ngram: the n-gram pair instead.)\n")
+    else:
+        print(f"drafter q: {m.drafter.order}-gram, target p: {m.target.order}-gram (interpolated Kneser-Ney), trained on")
+        print(f"{m.train.size:,} characters of pydoc topics and stdlib docstrings; {args.prompts} held-out prompts of {args.prompt_len}")
+        print(f"characters, {args.new_tokens} new characters each, k = {args.k} drafts per target pass.")
+        if not args.ngram:
+            print("(The shipped transformer pair needs torch and transformers: pip install '.[hf]'.)")
+        print()
+    print(f"{'verifier':>10} {'eps':>6} {'accept':>7} {'acc.len':>7} {'passes/tok':>10} {'bits(pi)':>9} {'chars/s':>8}")
+    for div, budget, st, b_pi, rate in rows:
         name = "lossless" if budget == 0 else div
-        print(f"{name:>10} {budget:6g} {st.acceptance:7.3f} {st.mean_accepted:7.3f} {st.passes_per_token:10.3f} {b_pi:9.4f}")
+        print(f"{name:>10} {budget:6g} {st.acceptance:7.3f} {st.mean_accepted:7.3f} {st.passes_per_token:10.3f} {b_pi:9.4f} {rate:8.0f}")
     print(f"\nbits(p) = {bits_p:.4f} (the target alone), bits(q) = {bits_q:.4f} (the drafter alone).")
     print("Legend:")
     print("  verifier    lossless = ordinary speculative sampling (output law exactly p); otherwise the f-divergence")
@@ -117,6 +151,7 @@ def demo(args) -> int:
     print("  acc.len     accepted drafts per target pass (each pass emits one more character)")
     print("  passes/tok  target forward passes per generated character (1 without speculation)")
     print(f"  bits(pi)    log-loss of pi, bits per character on {n_eval:,} held-out characters (lower is better)")
+    print("  chars/s     characters generated per second on this machine, all prompts together")
 
     shown = stats[DEMO_SHOWN]
     lossless = stats["kl", 0.0]
@@ -135,8 +170,14 @@ def demo(args) -> int:
         print(f"bits/char against {bits_p:.4f} for p itself. Why and when: docs/quality.md, notebooks/quality.ipynb.")
     else:
         print("\nNo budget here beat the target's log-loss; when mentoring can: docs/quality.md (the boosting view).")
-    print(f"\n(training {t_train:.1f} s; total {elapsed:.1f} s)")
+    print(f"\n({'loading' if neural else 'training'} {t_train:.1f} s; total {elapsed:.1f} s)")
     return 0
+
+
+def _hf_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 
 
 def _load(path: str, what: str) -> np.ndarray:
@@ -298,11 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,solve,frontier,certify}")
     divs = ", ".join(BUILTIN_NAMES)
 
-    d = sub.add_parser("demo", help="decode held-out text with n-gram models, lossless and mentored (--quick: one table)",
-                       description="Speculative decoding of held-out text, lossless against mentored, with small "
-                       "character n-gram models trained on Python's documentation. --quick prints only the "
-                       "acceptance-against-budget table on one LLM-like row.")
+    d = sub.add_parser("demo", help="decode held-out text, lossless and mentored (--quick: one table)",
+                       description="Speculative decoding of held-out text, lossless against mentored, with the "
+                       "character-level transformer pair shipped with the package (with torch and transformers "
+                       "installed: pip install '.[hf]'), else with character n-gram models trained on the spot. "
+                       "--quick prints only the acceptance-against-budget table on one LLM-like row.")
     d.add_argument("--quick", action="store_true", help="only the acceptance-against-budget table on one LLM-like row (about a second)")
+    d.add_argument("--ngram", action="store_true",
+                   help="decode with the character n-gram pair instead of the shipped transformer pair (the default when torch and transformers are installed)")
     d.add_argument("--vocab", type=_positive_int, default=32000, help="with --quick: vocabulary size (default: %(default)s)")
     d.add_argument("--seed", type=int, default=0, help="seed of the data split and of the sampling (default: %(default)s)")
     d.add_argument("--prompts", type=_positive_int, default=24, help="held-out prompts decoded (default: %(default)s)")

@@ -27,14 +27,16 @@ def test_demo_quick(capsys):
     assert "optimal acceptance" in out and all(name in out for name in mentored.BUILTIN_NAMES)
 
 
-def test_demo_on_text_small(capsys):
+@pytest.mark.parametrize("pair", ["transformer", "ngram"])
+def test_demo_on_text_small(capsys, pair):
     args = ["demo", "--prompts", "2", "--new-tokens", "12", "--eval-tokens", "300", "--prompt-len", "16"]
-    assert main(args) == 0
+    assert main(args + (["--ngram"] if pair == "ngram" else [])) == 0
     captured = capsys.readouterr()
     out = captured.out
     assert "lossless" in out and "passes/tok" in out and "bits(pi)" in out
     assert "Legend:" in out and "The same held-out prompt" in out
-    assert ("beat the target" in out) == ("No budget here" not in out)
+    assert ("The mentored mixture beat the target" in out) == ("No budget here" not in out)
+    assert ("GPT-2" in out) == (pair == "transformer") and ("6-gram" in out) == (pair == "ngram")
     # stderr is not a terminal here: tqdm stays quiet, no carriage-return bar updates in logs
     assert "\r" not in captured.err
 
