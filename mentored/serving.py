@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import _SUM_RTOL, _floats, row_stats
+from ._validate import _floats
 from .divergences import Divergence, divergence as _divergence
-from .speculative import check_zeros, solve_pi
+from .speculative import check_row_values, check_zeros, solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -110,18 +110,7 @@ def _check_rows_np(x: np.ndarray, name: str, plan: _Plan) -> np.ndarray:
         raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
     if a.shape[0] == 0:
         return a
-    sums, lo, hi = row_stats(a)
-    bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
-    if bad.size:
-        raise ValueError(f"{name} contains NaN or infinite entries ({plan.where(int(bad[0]))})")
-    neg = np.flatnonzero(lo < 0)
-    if neg.size:
-        raise ValueError(f"{name} has negative entries ({plan.where(int(neg[0]))})")
-    rtol = _SUM_RTOL[a.dtype]
-    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
-    if off.size:
-        t = int(off[0])
-        raise ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); {plan.where(t)} sums to {float(sums[t])!r}")
+    check_row_values(a, name, plan.where)
     return a
 
 

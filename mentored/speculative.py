@@ -224,9 +224,15 @@ def check_step_rows(x, name: str, per: int) -> None:
 
         check_rows(x, name, where)
         return
-    from ._validate import _SUM_RTOL, _floats, row_stats
+    from ._validate import _floats
 
-    a = _floats(x, name)
+    check_row_values(_floats(x, name), name, where)
+
+
+def check_row_values(a: np.ndarray, name: str, where) -> None:
+    """Rows of a float array, in order: finite, nonnegative, summing to 1; ``where(r)`` names row r."""
+    from ._validate import _SUM_RTOL, row_stats
+
     sums, lo, hi = (v.ravel() for v in row_stats(a))
     bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
     if bad.size:

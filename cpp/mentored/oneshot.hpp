@@ -245,6 +245,14 @@ MENTORED_INLINE void neumaier_add(double& sum, double& carry, double x) {
   carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
   sum = t;
 }
+#ifdef MENTORED_VECTORS
+// neumaier_add in four lanes, for terms m ≥ 0 (then the running sums are ≥ 0 and |sum| ≥ |m| is sum ≥ m).
+MENTORED_INLINE void neumaier_add4(v4d& vs, v4d& vc, const v4d& m) {
+  const v4d t = vs + m;
+  vc += vs >= m ? (vs - t) + m : (m - t) + vs;
+  vs = t;
+}
+#endif
 template <class T>
 MENTORED_INLINE double accept_loop(const T* pi, const T* q, std::size_t n, double iq) {
   double sum = 0.0, carry = 0.0;
@@ -257,10 +265,8 @@ MENTORED_INLINE double accept_loop(const T* pi, const T* q, std::size_t n, doubl
     load4(pi + i, a);
     load4(q + i, b);
     b *= viq;
-    const v4d m = a < b ? a : b;  // both ≥ 0: so is the running sum, and |sum| ≥ |m| is sum ≥ m
-    const v4d t = vs + m;
-    vc += vs >= m ? (vs - t) + m : (m - t) + vs;
-    vs = t;
+    const v4d m = a < b ? a : b;  // both ≥ 0
+    neumaier_add4(vs, vc, m);
   }
   for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
   for (int j = 0; j < 4; ++j) carry += vc[j];
@@ -305,9 +311,7 @@ MENTORED_INLINE double accept_rule_loop(const T* p, const T* q, const std::uint1
       v = outside ? b * z : v;
     }
     const v4d m = v < b ? v : b;
-    const v4d t = vs + m;
-    vc += vs >= m ? (vs - t) + m : (m - t) + vs;
-    vs = t;
+    neumaier_add4(vs, vc, m);
   }
   for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
   for (int j = 0; j < 4; ++j) carry += vc[j];
