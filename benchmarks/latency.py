@@ -150,7 +150,7 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
     from mentored.serving import Verifier, rejection_sample
 
     ncpu = os.cpu_count() or 1
-    code = mentored.divergence(div)._code
+    code = mentored.divergence(div).compiled
     rows = []
     for label, (B, k, V) in (("B·k = 16, V = 32000", (4, 4, 32000)), ("3 × 100", (3, 1, 100))):
         p, q, draft, n, bonus = _case(B, k, V)

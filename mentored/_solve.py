@@ -194,9 +194,9 @@ def solve(
     nthreads = threads_arg(threads)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
-    if div._code is not None:
+    if div.compiled is not None:
         core = _core.solve_to_float32 if to_float32 else _core.solve
-        pi, res, status = core(p2, q2, div._code, mode, values, nthreads, sums2, out2)
+        pi, res, status = core(p2, q2, div.compiled, mode, values, nthreads, sums2, out2)
     else:
         vec, scalar, f_inf = _custom(div)
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
@@ -302,7 +302,7 @@ def _check(sol, p2, q2, div, budgets, budget_mode):
 
 def _lossless_is_unique(div) -> bool:
     """f̃ > 0 off t = 1, so D_f(π‖p) = 0 only at π = p: f''(1) > 0, or a kink at 1."""
-    if div._code is not None:
+    if div.compiled is not None:
         return True  # every built-in is strictly convex at 1 or has its kink there (tv)
     info = div.symbolic
     if info is None:
@@ -316,7 +316,7 @@ def _lossless_is_unique(div) -> bool:
 
 def _oracle_form_missing(div) -> str | None:
     """Why the oracle cannot state this divergence as a convex program, or None."""
-    if div._code is not None:
+    if div.compiled is not None:
         return None
     from .oracle import convex_form_error
 
@@ -379,8 +379,8 @@ class MentoredPath:
 
     def _frontier(self, div, budgets):
         """(k, 5): s, t_lo, t_hi, D and the acceptance Σ min(π, q) per budget."""
-        if div._code is not None:
-            return self._core.frontier(div._code, budgets, True)
+        if div.compiled is not None:
+            return self._core.frontier(div.compiled, budgets, True)
         table, scalar = self._table(div)
         return self._core.frontier_custom(table, scalar, budgets, True)
 
@@ -404,8 +404,8 @@ class MentoredPath:
         s_max = self.s_max(div)
         if s > s_max * (1 + 1e-12) + 1e-15:  # past the end, not by rounding of TV
             return float("inf")
-        if div._code is not None:
-            return self._core.divergence_at(div._code, min(s, s_max))
+        if div.compiled is not None:
+            return self._core.divergence_at(div.compiled, min(s, s_max))
         table, scalar = self._table(div)
         return self._core.divergence_custom(table, scalar, min(s, s_max))
 

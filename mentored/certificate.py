@@ -731,7 +731,7 @@ def _exact_forms(div) -> _Exact:
 
     from .symbolic import Y
 
-    builtin = div._code is not None and div.name in BUILTIN_NAMES and div is _divergence(div.name)
+    builtin = div.compiled is not None
     t, f, fp, conj, f0, finf = _builtin_exact(div.name) if builtin else _custom_exact(div)
 
     def const(v):

@@ -1,4 +1,4 @@
-r"""f-divergences: the generator ``f`` and what the solver needs to know about it.
+r"""f-divergences: one specification per built-in, and the :class:`Divergence` every backend takes.
 
 .. math::
 
@@ -6,35 +6,254 @@ r"""f-divergences: the generator ``f`` and what the solver needs to know about i
     \qquad f \text{ convex on } (0, \infty),\ f(1) = 0,
 
 with :math:`f(0) = \lim_{t \to 0^+} f(t)` and :math:`f_\infty = \lim_{t\to\infty} f(t)/t`
-(either may be :math:`+\infty`). The seven built-ins of docs/theory.md §1 are computed by the C++ core;
-their formulas here are the numpy forms the reference and the tests use, written to avoid
-cancellation. Each built-in also carries its sympy definition, analysed (lazily) exactly like a
-user generator passed to :meth:`Divergence.from_sympy` (see :mod:`mentored.symbolic`); the tests
-check that the two forms agree.
+(either may be :math:`+\infty`); docs/theory.md §1.
+
+Where a built-in is defined
+---------------------------
+Each built-in is one :class:`_Builtin` entry of ``_REGISTRY`` below, plus its C++ generator in
+``cpp/mentored/generators.hpp`` (the core's f̃, f̃′, tilt, f(0) and f∞, exported by the bindings as
+``_core.Generator``). Everything else derives from these two:
+
+- the sympy generator ``source`` gives the symbolic analysis (f′, f″, f(1) = 0, convexity, the
+  conjugate; :mod:`mentored.symbolic`), the exact-arithmetic forms of the certificate, and the
+  checks of ``tests/test_divergences.py``, which compare every field below and the core's constants
+  with it;
+- the accurate numerical forms (f̃, f̃′, the perspective y·f̃(x/y) and f̃*) are written once against an
+  array namespace and serve numpy and torch alike;
+- ``cvxpy`` is the convex program's cost (:mod:`mentored.oracle`).
+
+The core works with the tilted generator :math:`\tilde f(t) = f(t) - c(t - 1) \ge 0`,
+:math:`c = f'(1)` (a subgradient where f has a kink), which gives the same :math:`D_f` on the
+simplex and sums without cancellation near :math:`\pi = p`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ._warnings import NumericCheckWarning
+
 if TYPE_CHECKING:
     from .symbolic import SymbolicInfo
 
 __all__ = ["Divergence", "divergence", "BUILTIN_NAMES", "NumericCheckWarning"]
 
+_LN2 = math.log(2.0)
 
-class NumericCheckWarning(UserWarning):
-    """A property of a user generator was checked numerically, on a grid, not proved symbolically."""
 
-_LN2 = float(np.log(2.0))
+# ---------------------------------------------------------------- array namespaces
 
-# Codes of the C++ generators (cpp/mentored/generators.hpp); keep them equal.
-_CODES = {"tv": 0, "kl": 1, "reverse_kl": 2, "chi2": 3, "neyman_chi2": 4, "hellinger": 5, "js": 6}
-BUILTIN_NAMES = tuple(_CODES)
+
+class _NumpyOps:
+    """The array operations the numerical forms use, on numpy (warnings of limits silenced by callers)."""
+
+    where = staticmethod(np.where)
+    log = staticmethod(np.log)
+    log1p = staticmethod(np.log1p)
+    expm1 = staticmethod(np.expm1)
+    sqrt = staticmethod(np.sqrt)
+    abs = staticmethod(np.abs)
+    sign = staticmethod(np.sign)
+    isinf = staticmethod(np.isinf)
+
+    @staticmethod
+    def xlogy(x, y):
+        """x·log y, 0 where x = 0 (torch.xlogy's convention)."""
+        return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+
+    @staticmethod
+    def clamp(x, lo=None, hi=None):
+        return np.clip(x, lo, hi)
+
+
+class _TorchOps:
+    """The same operations on torch tensors (any device)."""
+
+    def __init__(self):
+        import torch
+
+        self.where, self.log, self.log1p, self.expm1 = torch.where, torch.log, torch.log1p, torch.expm1
+        self.sqrt, self.abs, self.sign, self.isinf, self.xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
+
+    @staticmethod
+    def clamp(x, lo=None, hi=None):
+        return x.clamp(min=lo, max=hi)
+
+
+_NP = _NumpyOps()
+
+
+# ---------------------------------------------------------------- the built-ins
+
+
+@dataclass(frozen=True)
+class _Builtin:
+    """One built-in divergence. ``ops`` is an array namespace (:class:`_NumpyOps` or :class:`_TorchOps`).
+
+    source(t)            f(t) as a sympy expression, t positive: the definition.
+    f_tilde(ops, t)      f̃(t) on [0, ∞), accurate (f̃(0) the limit).
+    fprime_tilde(ops, t) f̃′(t) on [0, ∞) (f̃′(0⁺) the limit; a subgradient at a kink).
+    perspective(ops, x, y)  y·f̃(x/y) for y > 0 and x/y beyond 1e300, without forming x/y (it
+                         overflows for a denormal y); :func:`_perspective` uses it there only.
+    conjugate_tilde(ops, y)  f̃*(y) = f*(y + c) − c, ``inf`` outside its domain.
+    cvxpy(cp, u, p, outside)  Σ p f(u) + f∞·outside as a DCP expression, equal to it wherever
+                         Σ p u + outside = 1 (the oracle's constraint).
+    conjugate            f* as a sympy expression in :data:`mentored.symbolic.Y` where sympy cannot
+                         derive it itself (tv's sign), else None.
+    """
+
+    name: str
+    source: Callable
+    f_tilde: Callable
+    fprime_tilde: Callable
+    perspective: Callable
+    conjugate_tilde: Callable
+    cvxpy: Callable
+    conjugate: Callable | None = None
+
+
+def _positive(ops, t):
+    """t where t > 0, else 1: a safe argument for forms whose limit at 0 is taken separately."""
+    return ops.where(t > 0, t, 1.0)
+
+
+def _js_f_tilde(ops, t):
+    # ½[t log(2t/(1+t)) + log(2/(1+t))]. Near t = 1 the two logarithms cancel; there f = g(u)/(2(1−u))
+    # with u = (t−1)/(t+1) and g(u) = (1+u)log(1+u) + (1−u)log(1−u) = Σ_k u^{2k}/(k(2k−1)).
+    main = 0.5 * (t * _js_log_ratio(ops, t) + _LN2 - ops.log1p(t))
+    u = (t - 1.0) / (t + 1.0)
+    u2 = u * u
+    g, power = 0.0, u2
+    for k in range(1, 10):
+        g = g + power / (k * (2 * k - 1))
+        power = power * u2
+    return ops.where(t > 0, ops.where(ops.abs(u) < 0.1, g / (2.0 * (1.0 - u)), main), 0.5 * _LN2)
+
+
+def _js_log_ratio(ops, t):
+    """log(2t/(1+t)) for t > 0: log1p((t−1)/(t+1)) from ½ up (no cancellation near 1 nor for a large t),
+    log 2 + log t − log1p t below (where (t−1)/(t+1) rounds towards −1)."""
+    s = _positive(ops, t)
+    return ops.where(s < 0.5, _LN2 + ops.log(s) - ops.log1p(s), ops.log1p((s - 1.0) / (s + 1.0)))
+
+
+def _js_perspective(ops, x, y):
+    # ½[x log(2x/(x+y)) + y log(2y/(x+y))], with 2x/(x+y) = 2/(1 + y/x).
+    xs = _positive(ops, x)
+    left = ops.where(x > 0, x * (_LN2 - ops.log1p(y / xs)), 0.0)
+    return 0.5 * (left + y * (_LN2 + ops.log(y) - ops.log(x + y)))
+
+
+def _chi2_perspective(ops, x, y):
+    # (x − y)²/y: (x − y)·((x − y)/y) unless the quotient alone overflows (x − y < 1, y denormal)
+    d = x - y
+    a = d * (d / y)
+    return ops.where(ops.isinf(a), (d * d) / y, a)
+
+
+def _cvx_tv(cp, u, p, outside):
+    return 0.5 * cp.sum(cp.multiply(p, cp.abs(u - 1))) + 0.5 * outside
+
+
+def _cvx_js(cp, u, p, outside):
+    m = 0.5 * (1.0 + u)
+    return 0.5 * cp.sum(cp.multiply(p, cp.rel_entr(u, m) + cp.rel_entr(np.ones(p.size), m))) + 0.5 * _LN2 * outside
+
+
+def _tv_conjugate():
+    import sympy as sp
+
+    from .symbolic import Y
+
+    half = sp.Rational(1, 2)
+    return sp.Piecewise((-half, Y <= -half), (Y, Y <= half), (sp.oo, True))
+
+
+def _sym(text):
+    """f(t) from its sympy text, sympy imported only when the analysis is asked for."""
+
+    def source(t):
+        import sympy as sp
+
+        return sp.sympify(text, locals={"t": t})
+
+    return source
+
+
+_INF = math.inf
+_REGISTRY = (
+    _Builtin(
+        "tv", _sym("Abs(t - 1)/2"),
+        f_tilde=lambda o, t: 0.5 * o.abs(t - 1.0),
+        fprime_tilde=lambda o, t: 0.5 * o.sign(t - 1.0),
+        perspective=lambda o, x, y: 0.5 * o.abs(x - y),
+        conjugate_tilde=lambda o, y: o.where(y > 0.5, _INF, o.clamp(y, lo=-0.5)),
+        cvxpy=_cvx_tv,
+        conjugate=_tv_conjugate,
+    ),
+    _Builtin(
+        "kl", _sym("t*log(t)"),
+        f_tilde=lambda o, t: o.xlogy(t, t) - (t - 1.0),  # t − 1 exact near 1: no cancellation but the wanted one
+        fprime_tilde=lambda o, t: o.log(t),
+        perspective=lambda o, x, y: o.where(x > 0, x * (o.log(_positive(o, x)) - o.log(y)), 0.0) - (x - y),
+        conjugate_tilde=lambda o, y: o.expm1(y),
+        cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.rel_entr(u, np.ones(p.size)))),
+    ),
+    _Builtin(
+        "reverse_kl", _sym("-log(t)"),
+        f_tilde=lambda o, t: (t - 1.0) - o.log(t),
+        fprime_tilde=lambda o, t: (t - 1.0) / t,
+        perspective=lambda o, x, y: y * (o.log(y) - o.log(x)) + (x - y),
+        conjugate_tilde=lambda o, y: o.where(y < 1.0, -o.log1p(-o.clamp(y, hi=1.0)), _INF),
+        cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, -cp.log(u))),  # f∞ = 0
+    ),
+    _Builtin(
+        "chi2", _sym("(t - 1)**2"),
+        f_tilde=lambda o, t: (t - 1.0) ** 2,
+        fprime_tilde=lambda o, t: 2.0 * (t - 1.0),
+        perspective=_chi2_perspective,
+        conjugate_tilde=lambda o, y: o.where(y >= -2.0, y + 0.25 * y * y, -1.0),
+        cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.square(u - 1))),
+    ),
+    _Builtin(
+        "neyman_chi2", _sym("(t - 1)**2/t"),
+        f_tilde=lambda o, t: (t - 1.0) * ((t - 1.0) / t),  # no overflow of (t − 1)² near DBL_MAX
+        fprime_tilde=lambda o, t: ((t - 1.0) / t) * ((t + 1.0) / t),  # 1 − 1/t², accurate near 1
+        perspective=lambda o, x, y: o.where(x > 0, (x - y) * ((x - y) / _positive(o, x)), _INF),
+        # 2 − 2√(1 − y) = 2y/(1 + √(1 − y)), y ≤ 1
+        conjugate_tilde=lambda o, y: o.where(y <= 1.0, 2.0 * y / (1.0 + o.sqrt(o.clamp(1.0 - y, lo=0.0))), _INF),
+        # Σ p (u − 2 + 1/u) + Σ z = Σ p/u − 1 on the simplex
+        cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.inv_pos(u))) - 1.0,
+    ),
+    _Builtin(
+        "hellinger", _sym("(sqrt(t) - 1)**2"),
+        f_tilde=lambda o, t: (o.sqrt(t) - 1.0) ** 2,
+        fprime_tilde=lambda o, t: (t - 1.0) / (t + o.sqrt(t)),  # 1 − 1/√t, accurate near 1
+        perspective=lambda o, x, y: (o.sqrt(x) - o.sqrt(y)) ** 2,
+        conjugate_tilde=lambda o, y: o.where(y < 1.0, y / o.where(y < 1.0, 1.0 - y, 1.0), _INF),
+        # Σ p (√u − 1)² + Σ z = 2 − 2 Σ p √u on the simplex
+        cvxpy=lambda cp, u, p, outside: 2.0 - 2.0 * cp.sum(cp.multiply(p, cp.sqrt(u))),
+    ),
+    _Builtin(
+        "js", _sym("(t*log(2*t/(1 + t)) + log(2/(1 + t)))/2"),
+        f_tilde=_js_f_tilde,
+        fprime_tilde=lambda o, t: o.where(t > 0, 0.5 * _js_log_ratio(o, t), -_INF),
+        perspective=_js_perspective,
+        # −½ log(2 − e^{2y}) = −½ log1p(−expm1(2y)), y < ½ log 2
+        conjugate_tilde=lambda o, y: o.where(
+            y < 0.5 * _LN2, -0.5 * o.log1p(-o.expm1(2.0 * o.where(y < 0.5 * _LN2, y, 0.0))), _INF
+        ),
+        cvxpy=_cvx_js,
+    ),
+)
+
+
+# ---------------------------------------------------------------- the Divergence
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,15 +265,21 @@ class Divergence:
     name : str
     f, fprime : callable
         :math:`f(t)` on :math:`[0, \infty]` (``f(0)`` and ``f(inf)`` are the limits) and
-        :math:`f'(t)` on :math:`(0, \infty)`, with ``fprime(inf) = f_inf``. Where ``f`` has a kink
-        (``tv`` at 1) ``fprime`` returns a subgradient.
+        :math:`f'(t)` on :math:`[0, \infty]` (``fprime(0)`` is :math:`f'(0^+)`, ``fprime(inf) = f_inf``).
+        Where ``f`` has a kink (``tv`` at 1) ``fprime`` returns a subgradient.
     f_inf, f0 : float
         :math:`f_\infty` and :math:`f(0^+)`, possibly ``inf``.
+    compiled : mentored._core.Generator or None
+        The C++ generator that computes a built-in; None for a user generator (the core then calls
+        back into its numpy forms).
+    builtin : _Builtin or None
+        The registry entry of a built-in: its sympy source, numerical forms (numpy and torch) and
+        convex-program cost; None for a user generator.
 
     Derived quantities (from the sympy generator; built-ins analyse theirs on first use):
-    ``expr``, ``symbol``, ``fsecond``, ``f2_at_1``, ``tilt``, ``convexity_check``, ``conjugate``
-    (a vectorised callable :math:`y \mapsto f^*(y)`), ``conjugate_expr`` (the sympy ``Piecewise`` or
-    None), ``conjugate_domain``, ``conjugate_method``, ``fprime_inv``, ``fprime_inv_expr``, ``swapped``.
+    ``expr``, ``symbol``, ``f2_at_1``, ``tilt``, ``convexity_check``, ``conjugate`` (a vectorised
+    callable :math:`y \mapsto f^*(y)`), ``conjugate_expr`` (the sympy ``Piecewise`` or None),
+    ``conjugate_domain``, ``conjugate_method``, ``fprime_inv``, ``fprime_inv_expr``, ``swapped``.
     A Divergence built by hand from callables alone has none of these (``symbolic`` is None); it
     still works with :func:`~mentored.solve` and :class:`~mentored.MentoredPath`, but not with
     ``certify`` or the oracle.
@@ -65,30 +290,75 @@ class Divergence:
     fprime: Callable[[np.ndarray], np.ndarray] = field(repr=False)
     f_inf: float
     f0: float
-    _code: int | None = field(default=None, repr=False)
+    compiled: Any = field(default=None, repr=False)
     _info: Any = field(default=None, repr=False)  # SymbolicInfo of a user generator
-    _builtin: Any = field(default=None, repr=False)  # (sympy source, tilt, f̃*) of a built-in
+    builtin: Any = field(default=None, repr=False)
+    _tilt: float = field(default=math.nan, repr=False)  # a built-in's c, from the core
 
     @classmethod
     def from_sympy(cls, f_expr, t, name=None, *, timeout=5.0) -> "Divergence":
-        """A divergence from a sympy generator; see :func:`mentored.symbolic.from_sympy`.
+        r"""A divergence from a sympy generator :math:`f(t)`, validated and compiled.
 
-        ``timeout``: seconds within which it returns or refuses (``None``: no limit)."""
-        from .symbolic import from_sympy
+        Parameters
+        ----------
+        f_expr : sympy expression
+            :math:`f(t)`, convex on :math:`(0, \infty)` with :math:`f(1) = 0`. Non-smooth generators
+            (``Abs``, ``Max``, ``Min``, ``Piecewise``, ``Heaviside``, ``sign``) are accepted when convex.
+        t : sympy.Symbol
+            Declared positive.
+        name : str, optional
+            Defaults to ``str(f_expr)``. A user generator is never taken for a built-in of the same
+            name: backends tell them apart by :attr:`compiled`.
+        timeout : float or None
+            Seconds within which the call returns or refuses (5 s); ``None`` waits as long as sympy
+            takes. Symbolic steps that run out fall back to numeric checks.
 
-        return from_sympy(f_expr, t, name, timeout=timeout)
+        Raises
+        ------
+        ValueError
+            Naming the condition that failed and where: ``f(1) = 0``, convexity, finiteness on
+            :math:`(0, \infty)`, or limits that neither sympy nor the numeric fallback can determine.
+        mentored.symbolic.SymbolicTimeoutError
+            (a ``ValueError``) when the time limit ran out, naming the step it was in.
+
+        Warns
+        -----
+        NumericCheckWarning
+            When a property was checked numerically, not proved symbolically.
+
+        Examples
+        --------
+        >>> import sympy as sp, mentored
+        >>> t = sp.Symbol("t", positive=True)
+        >>> tri = mentored.Divergence.from_sympy((t - 1)**2 / (t + 1), t, name="triangular")
+        >>> tri.f_inf, tri.convexity_check
+        (1.0, 'symbolic')
+        >>> hinge = mentored.Divergence.from_sympy(sp.Max(t - 1, 0), t)  # f'(1) is a subgradient
+        >>> hinge.f_inf, hinge.tilt, hinge.convexity_check
+        (1.0, 0.5, 'symbolic')
+        """
+        from .symbolic import analyse
+
+        info = analyse(f_expr, t, timeout=timeout)
+        return cls(
+            name=str(f_expr) if name is None else str(name), f=info.f, fprime=info.fprime, f_inf=info.f_inf,
+            f0=info.f0, _info=info,
+        )
 
     @cached_property
     def symbolic(self) -> "SymbolicInfo | None":
         """The analysis of the sympy generator (:class:`mentored.symbolic.SymbolicInfo`), or None."""
         if self._info is not None:
             return self._info
-        if self._builtin is None:
+        if self.builtin is None:
             return None
+        import sympy as sp
+
         from .symbolic import analyse
 
-        f, t, conj = self._builtin[0]()
-        return analyse(f, t, conjugate_expr=conj)
+        t = sp.Symbol("t", positive=True)
+        conj = self.builtin.conjugate() if self.builtin.conjugate is not None else None
+        return analyse(self.builtin.source(t), t, conjugate_expr=conj)
 
     def _need(self) -> "SymbolicInfo":
         if self.symbolic is None:
@@ -105,11 +375,6 @@ class Divergence:
         return self._need().t
 
     @property
-    def fsecond(self) -> Callable[[np.ndarray], np.ndarray]:
-        r""":math:`f''` on :math:`(0, \infty)`, vectorised."""
-        return self._need().fsecond
-
-    @property
     def f2_at_1(self) -> float:
         """:math:`f''(1)` (NaN where f has a kink at 1)."""
         return self._need().f2_at_1
@@ -122,18 +387,16 @@ class Divergence:
     @property
     def tilt(self) -> float:
         r"""The subgradient :math:`c \in \partial f(1)` of the tilted generator :math:`f(t) - c(t-1)`."""
-        if self._builtin is not None:
-            return self._builtin[1]
+        if self.builtin is not None:
+            return self._tilt
         if self._info is not None:
             return self._info.tilt
         return float(self.fprime(np.array(1.0)))
 
     def f_tilde(self, t) -> np.ndarray:
         r""":math:`\tilde f(t) = f(t) - c(t - 1) \ge 0`, accurate near 1 (same :math:`D_f` on the simplex)."""
-        if self._code is not None:
-            from . import _core
-
-            return _core.generator_f_array(self._code, np.ascontiguousarray(t, dtype=np.float64))
+        if self.builtin is not None:
+            return _numpy(self.builtin.f_tilde, t, at_inf=np.inf)
         if self._info is not None:
             return self._info.f_tilde(t)
         t = np.asarray(t, dtype=np.float64)
@@ -142,8 +405,8 @@ class Divergence:
 
     def conjugate_tilde(self, y) -> np.ndarray:
         r""":math:`\tilde f^*(y) = f^*(y + c) - c`, the conjugate of the tilted generator."""
-        if self._builtin is not None:
-            return self._builtin[2](np.asarray(y, dtype=np.float64))
+        if self.builtin is not None:
+            return _numpy(self.builtin.conjugate_tilde, y)
         return self._need().conjugate_tilde(y)
 
     def conjugate(self, y) -> np.ndarray:
@@ -181,11 +444,9 @@ class Divergence:
         r"""The generator :math:`t f(1/t)`: :math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`."""
         import sympy as sp
 
-        from .symbolic import from_sympy
-
         info = self._need()
         t = info.t
-        return from_sympy(sp.simplify(t * info.expr.subs(t, 1 / t)), t, name=f"swapped({self.name})")
+        return Divergence.from_sympy(sp.simplify(t * info.expr.subs(t, 1 / t)), t, name=f"swapped({self.name})")
 
     def __call__(self, pi, target) -> np.ndarray:
         r""":math:`D_f(\pi\|p)` over the last axis, straight from the definition (float64)."""
@@ -195,161 +456,81 @@ class Divergence:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = np.where(pos, pi / np.where(pos, p, 1.0), 1.0)
             term = p * self.f(ratio)
-            if np.isfinite(self.f_inf):
-                # π/p beyond DBL_MAX (a denormal p_i): the term is f∞·π up to O(p_i), the limit the
-                # definition takes at p_i = 0, instead of 0·∞ or ∞.
-                term = np.where(np.isinf(ratio) & (pi > 0), self.f_inf * pi, term)
-            elif self.name in _HUGE_TERMS and _BUILTINS.get(self.name) is self:
-                # f∞ = ∞ and π/p beyond DBL_MAX: p f(π/p) is still finite; take it without forming π/p.
-                huge = np.isinf(ratio) & (pi > 0)
-                if huge.any():
-                    term = np.where(huge, _HUGE_TERMS[self.name](pi, np.where(pos, p, 1.0)), term)
+            huge = np.isinf(ratio) & (pi > 0)
+            if huge.any():
+                # π/p beyond DBL_MAX (a denormal p_i): a built-in's perspective p f̃(π/p) + c(π − p) is
+                # finite and exact; otherwise the term is f∞·π up to O(p_i), the definition's limit at p_i = 0.
+                if self.builtin is not None:
+                    ps = np.where(pos, p, 1.0)
+                    exact = _numpy(lambda o, x, y: _perspective(self.builtin, o, x, y), pi, ps) + self.tilt * (pi - ps)
+                    term = np.where(huge, exact, term)
+                elif np.isfinite(self.f_inf):
+                    term = np.where(huge, self.f_inf * pi, term)
             inner = np.where(pos, term, 0.0)
         outside = np.where(pos, 0.0, pi).sum(axis=-1)
         extra = np.multiply(self.f_inf, outside, out=np.zeros_like(outside), where=outside > 0)  # 0·∞ = 0
         return inner.sum(axis=-1) + extra
 
 
-# p f(π/p) for the built-ins with f∞ = ∞, from π and p (no ratio), where π/p overflows.
-_HUGE_TERMS = {
-    "kl": lambda x, y: x * (np.log(x) - np.log(y)),
-    "chi2": lambda x, y: ((x - y) * (x - y)) / y,
-}
+_FAR = 1e300  # ratios above this: terms from the perspective form
 
 
-def _xlogx(t):
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(t > 0, t * np.log(np.where(t > 0, t, 1.0)), 0.0)
+def _perspective(spec, ops, x, y):
+    """y·f̃(x/y) for y > 0, x ≥ 0: from f̃ where x/y ≤ 1e300, from the perspective form beyond."""
+    r = x / y
+    near = r <= _FAR
+    v = y * spec.f_tilde(ops, ops.where(near, r, 1.0))
+    # past 1e300, or where f̃(x/y) alone overflows above 1 (chi2: (t − 1)² from t ≈ 1e154)
+    far = ~near | (ops.isinf(v) & (r > 1.0))
+    return ops.where(far, spec.perspective(ops, x, y), v)
 
 
-def _f_js(t):
-    # Near t = 1 the two logarithms cancel; there f = g(u)/(2(1−u)) with u = (t−1)/(t+1) and
-    # g(u) = (1+u)log(1+u) + (1−u)log(1−u) = Σ_k u^{2k}/(k(2k−1)) (as in generators.hpp).
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        safe = np.where((t > 0) & np.isfinite(t), t, 1.0)
-        main = 0.5 * (safe * (_LN2 + np.log(safe) - np.log1p(safe)) + _LN2 - np.log1p(safe))
-        u = (safe - 1.0) / (safe + 1.0)
-        series = sum(u ** (2 * k) / (k * (2 * k - 1)) for k in range(1, 10)) / (2.0 * (1.0 - u))
-        main = np.where(np.abs(u) < 0.1, series, main)
-        return np.where(t > 0, np.where(np.isinf(t), np.inf, main), 0.5 * _LN2)
+def _numpy(form, *args, at_inf=None):
+    """A form of ``_Builtin`` evaluated on float64 numpy arrays; ``at_inf``: its value where the first argument is inf."""
+    args = [np.asarray(a, dtype=np.float64) for a in args]
+    with np.errstate(all="ignore"):
+        out = np.asarray(form(_NP, *args), dtype=np.float64)
+        if at_inf is not None:
+            out = np.where(np.isinf(args[0]), at_inf, out)
+    return np.broadcast_to(out, np.broadcast_shapes(*(a.shape for a in args))).copy()
 
 
-def _inv_or_inf(g):
-    """Wrap g so that g(0) = +inf (generators with f(0) = ∞ such as -log t)."""
+def _make(spec: _Builtin, generator) -> Divergence:
+    from . import _core
 
-    def wrapped(t):
+    c, f0, f_inf = _core.generator_constants(generator)
+    f_inf_tilde = f_inf - c
+
+    # lim f(t) at ∞: +∞ where f∞ > 0; reverse_kl, the one built-in with f∞ = 0, decreases without bound
+    # (tests/test_divergences.py checks this against sympy).
+    f_at_inf = np.inf if f_inf > 0 else -np.inf
+
+    def f(t):
         t = np.asarray(t, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.where(t > 0, g(np.where(t > 0, t, 1.0)), np.inf)
+        with np.errstate(all="ignore"):
+            return np.where(np.isinf(t), f_at_inf, _numpy(spec.f_tilde, t, at_inf=np.inf) + c * (t - 1.0))
 
-    return wrapped
+    def fprime(t):
+        return _numpy(spec.fprime_tilde, t, at_inf=f_inf_tilde) + c
 
-
-def _at_inf(g, value):
-    """Wrap g so that g(inf) = value (used for f'(∞) = f∞)."""
-
-    def wrapped(t):
-        t = np.asarray(t, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.where(np.isinf(t), value, g(np.where(np.isinf(t), 1.0, t)))
-
-    return wrapped
-
-
-def _analysis_args(name):
-    """The sympy definition of a built-in (docs/theory.md §1) as a thunk: (f, t, conjugate or None).
-
-    tv's conjugate is given, as sympy cannot invert sign(t − 1); that form is checked in
-    proofs/divergences_check.py and against the numeric sup in tests/test_symbolic.py."""
-
-    def source():
-        import sympy as sp
-
-        from .symbolic import Y
-
-        t = sp.Symbol("t", positive=True)
-        half = sp.Rational(1, 2)
-        exprs = {
-            "tv": half * sp.Abs(t - 1),
-            "kl": t * sp.log(t),
-            "reverse_kl": -sp.log(t),
-            "chi2": (t - 1) ** 2,
-            "neyman_chi2": (t - 1) ** 2 / t,
-            "hellinger": (sp.sqrt(t) - 1) ** 2,
-            "js": half * (t * sp.log(2 * t / (1 + t)) + sp.log(2 / (1 + t))),
-        }
-        conj = sp.Piecewise((-half, Y <= -half), (Y, Y <= half), (sp.oo, True)) if name == "tv" else None
-        return exprs[name], t, conj
-
-    return source
-
-
-# Conjugates of the tilted generators f̃ = f − c(t − 1), f̃*(y) = f*(y + c) − c, cancellation-free
-# near y = 0 (proofs/README.md, per-divergence table).
-def _conj_tv(y):
-    return np.where(y > 0.5, np.inf, np.maximum(y, -0.5))
-
-
-def _conj_kl(y):  # c = 1: e^{y} − 1
-    with np.errstate(over="ignore"):
-        return np.expm1(y)
-
-
-def _conj_reverse_kl(y):  # c = −1: −log(1 − y), y < 1
-    with np.errstate(all="ignore"):
-        return np.where(y < 1.0, -np.log1p(-np.minimum(y, 1.0)), np.inf)
-
-
-def _conj_chi2(y):
-    return np.where(y >= -2.0, y + 0.25 * y * y, -1.0)
-
-
-def _conj_neyman(y):  # 2 − 2√(1 − y) = 2y/(1 + √(1 − y)), y ≤ 1
-    with np.errstate(all="ignore"):
-        return np.where(y <= 1.0, 2.0 * y / (1.0 + np.sqrt(np.maximum(1.0 - y, 0.0))), np.inf)
-
-
-def _conj_hellinger(y):  # y/(1 − y), y < 1
-    with np.errstate(all="ignore"):
-        return np.where(y < 1.0, y / np.where(y < 1.0, 1.0 - y, 1.0), np.inf)
-
-
-def _conj_js(y):  # −½ log(2 − e^{2y}) = −½ log1p(−expm1(2y)), y < ½ log 2
-    with np.errstate(all="ignore"):
-        inside = y < 0.5 * _LN2
-        return np.where(inside, -0.5 * np.log1p(-np.expm1(2.0 * np.where(inside, y, 0.0))), np.inf)
-
-
-_TILTS = {"tv": 0.0, "kl": 1.0, "reverse_kl": -1.0, "chi2": 0.0, "neyman_chi2": 0.0, "hellinger": 0.0, "js": 0.0}
-_CONJ = {
-    "tv": _conj_tv, "kl": _conj_kl, "reverse_kl": _conj_reverse_kl, "chi2": _conj_chi2,
-    "neyman_chi2": _conj_neyman, "hellinger": _conj_hellinger, "js": _conj_js,
-}
+    return Divergence(name=spec.name, f=f, fprime=fprime, f_inf=float(f_inf), f0=float(f0), compiled=generator, builtin=spec, _tilt=float(c))
 
 
 def _builtins() -> dict[str, Divergence]:
-    inf = np.inf
-    table = [
-        ("tv", lambda t: 0.5 * np.abs(np.asarray(t, float) - 1.0), _at_inf(lambda t: 0.5 * np.sign(t - 1.0), 0.5), 0.5, 0.5),
-        ("kl", _xlogx, _inv_or_inf(lambda t: np.log(t) + 1.0), inf, 0.0),
-        ("reverse_kl", _inv_or_inf(lambda t: -np.log(t)), _at_inf(_inv_or_inf(lambda t: -1.0 / t), 0.0), 0.0, inf),
-        ("chi2", lambda t: (np.asarray(t, float) - 1.0) ** 2, lambda t: 2.0 * (np.asarray(t, float) - 1.0), inf, 1.0),
-        ("neyman_chi2", _at_inf(_inv_or_inf(lambda t: (t - 1.0) * ((t - 1.0) / t)), inf), _at_inf(_inv_or_inf(lambda t: 1.0 - 1.0 / t**2), 1.0), 1.0, inf),
-        ("hellinger", lambda t: (np.sqrt(np.asarray(t, float)) - 1.0) ** 2, _at_inf(_inv_or_inf(lambda t: 1.0 - 1.0 / np.sqrt(t)), 1.0), 1.0, 1.0),
-        ("js", _f_js, _at_inf(_inv_or_inf(lambda t: 0.5 * (_LN2 + np.log(t) - np.log1p(t))), 0.5 * _LN2), 0.5 * _LN2, 0.5 * _LN2),
-    ]
-    return {
-        name: Divergence(
-            name=name, f=f, fprime=fp, f_inf=float(fi), f0=float(f0), _code=_CODES[name],
-            _builtin=(_analysis_args(name), _TILTS[name], _CONJ[name]),
+    from . import _core
+
+    members = _core.Generator.__members__
+    specs = {spec.name: spec for spec in _REGISTRY}
+    if set(specs) != set(members):
+        raise ImportError(
+            f"mentored's divergence registry {sorted(specs)} and its compiled generators {sorted(members)} differ: "
+            "rebuild the core (pip install .)"
         )
-        for name, f, fp, fi, f0 in table
-    }
+    return {name: _make(specs[name], members[name]) for name in sorted(members, key=lambda n: int(members[n]))}
 
 
 _BUILTINS = _builtins()
+BUILTIN_NAMES = tuple(_BUILTINS)
 
 
 def divergence(name: str | Divergence) -> Divergence:

@@ -203,7 +203,7 @@ def convex_form_error(divergence) -> str | None:
     import cvxpy as cp
 
     div = _divergence(divergence)
-    if div._code is not None:
+    if div.compiled is not None:
         return None
     if div not in _FORM_ERRORS:
         try:
@@ -225,7 +225,7 @@ def _program(div, p, q, eps, scaling):
     """
     import cvxpy as cp
 
-    name = div.name if div._code is not None else None
+    name = div.name if div.compiled is not None else None
     pos = p > 0
     pS, qS = p[pos], q[pos]
     v = cp.Variable(pS.size, nonneg=True)
@@ -242,24 +242,8 @@ def _program(div, p, q, eps, scaling):
             w = cp.Variable(pS.size, nonneg=True)  # the ratio, tied to the masses by an equality
             fu = _sympy_cost(div, w)
         cost = cp.sum(cp.multiply(pS, fu)) + (div.f_inf * outside if z is not None else 0)
-    elif name == "tv":
-        cost = 0.5 * cp.sum(cp.multiply(pS, cp.abs(u - 1))) + 0.5 * outside
-    elif name == "kl":
-        cost = cp.sum(cp.multiply(pS, cp.rel_entr(u, np.ones(pS.size))))
-    elif name == "reverse_kl":  # f∞ = 0: mass where p = 0 costs nothing by itself
-        cost = cp.sum(cp.multiply(pS, -cp.log(u)))
-    elif name == "chi2":
-        cost = cp.sum(cp.multiply(pS, cp.square(u - 1)))
-    elif name == "neyman_chi2":  # Σ p (u − 2 + 1/u) + Σ z = Σ p/u − 1 on the simplex
-        cost = cp.sum(cp.multiply(pS, cp.inv_pos(u))) - 1.0
-    elif name == "hellinger":  # Σ p (√u − 1)² + Σ z = 2 − 2 Σ p √u on the simplex
-        cost = 2.0 - 2.0 * cp.sum(cp.multiply(pS, cp.sqrt(u)))
-    elif name == "js":  # ½ Σ p [u log(2u/(1+u)) + log(2/(1+u))] + ½ log 2 · Σ z
-        m = 0.5 * (1.0 + u)
-        ones = np.ones(pS.size)
-        cost = 0.5 * cp.sum(cp.multiply(pS, cp.rel_entr(u, m) + cp.rel_entr(ones, m))) + 0.5 * np.log(2.0) * outside
-    else:
-        raise ValueError(f"the oracle has no convex form for divergence {name!r}")
+    else:  # a built-in: its registered cost (mentored/divergences.py)
+        cost = div.builtin.cvxpy(cp, u, pS, outside)
     constraints = [mass == 1, cost <= eps]
     if name is None and scaling != "ratio":
         constraints.append(w == u)

@@ -149,19 +149,19 @@ def solve(p, q, divergence, budget):
     budget = np.asarray(budget, dtype=np.float64)
     lanes = budget.reshape(-1)
     s_max = row.tv if np.isfinite(div.f_inf) and row.q0 > 0 else min(row.tv, row.d_up)
-    c = float(div.fprime(np.array(1.0)))  # a (sub)gradient at 1
+    c = div.tilt  # a (sub)gradient at 1
     with np.errstate(divide="ignore", over="ignore"):
         ratio = row.qp / row.pp
     k = _points(lanes.size * row.pp.size, nested=2)  # the budget search, and inside it Down and Up
 
     def cost(s):
-        # D_f(π(s)‖p) with f(t) − c(t − 1) and f∞ − c: equal on the simplex, and free of cancellation,
+        # D_f(π(s)‖p) with f̃(t) = f(t) − c(t − 1) and f∞ − c: equal on the simplex, and free of cancellation,
         # so that budget 0 gives s = 0 rather than an s whose D rounds to 0. π_i/p_i = clip(q_i/p_i,
         # t_lo, t_hi) where p_i > 0; the continuation puts z·Q0 where p = 0.
         t_lo, t_hi, z = row.thresholds(s, k)
         r = np.clip(ratio, t_lo[..., None], t_hi[..., None])
         with np.errstate(invalid="ignore", over="ignore"):
-            inside = (row.pp * (div.f(r) - c * (r - 1.0))).sum(axis=-1)
+            inside = (row.pp * div.f_tilde(r)).sum(axis=-1)
         outside = z * row.q0
         return inside + np.where(outside > 0, (div.f_inf - c) * outside, 0.0)
 

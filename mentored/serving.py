@@ -650,7 +650,7 @@ class Verifier:
 
         self.V = int(vocab_size)
         self.div = _divergence(divergence)
-        if self.div._code is None:
+        if self.div.compiled is None:
             raise ValueError("Verifier takes a built-in divergence")
         self.budget = float(budget)
         if not self.budget >= 0:
@@ -693,7 +693,7 @@ class Verifier:
                 draft, n, q, p, bonus_token_ids, divergence=self.div, budget=self.budget, uniforms=uniforms, zeros=self.zeros,
                 threads=self.threads or None,
             )
-        pi, res, status = _core.solve(p, q, self.div._code, 0, self._eps[:T], self.threads, None, self._pi[:T])
+        pi, res, status = _core.solve(p, q, self.div.compiled, 0, self._eps[:T], self.threads, None, self._pi[:T])
         if status.any():
             raise ValueError(f"row {int(status.nonzero()[0][0])}: not a distribution (all zero, negative or non-finite)")
         if self.zeros == "keep" and self.div.f_inf == np.inf:

@@ -1,6 +1,6 @@
 r"""Divergences from a sympy generator: validation, derived quantities, compiled numeric forms.
 
-:func:`from_sympy` takes :math:`f` as a sympy expression in a positive symbol :math:`t` and returns a
+:meth:`Divergence.from_sympy <mentored.Divergence.from_sympy>` takes :math:`f` as a sympy expression in a positive symbol :math:`t` and returns a
 :class:`~mentored.Divergence` that the solver, :class:`~mentored.MentoredPath`, :func:`~mentored.certify`
 and the oracle accept wherever a built-in name is accepted. It checks the two conditions of docs/theory.md §1,
 
@@ -34,7 +34,7 @@ symbolically where sympy solves the stationarity equation :math:`f'(t) = y` (els
 
 Time limit
 ----------
-:func:`from_sympy` returns or refuses within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`, 5 s;
+:meth:`~mentored.Divergence.from_sympy` (through :func:`analyse`) returns or refuses within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`, 5 s;
 ``None`` for no limit). Each symbolic step (a limit, a simplification, the convexity proof, the
 conjugate) runs under a share of the limit; a step that runs out is treated as undecided and its
 numeric fallback is used. If the whole analysis runs out, :class:`SymbolicTimeoutError` (a
@@ -65,15 +65,15 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
-from .divergences import NumericCheckWarning
+from ._warnings import NumericCheckWarning
 
-__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "from_sympy", "analyse"]
+__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "analyse"]
 
-DEFAULT_TIMEOUT = 5.0  # seconds: from_sympy returns or refuses within this (see the module docstring)
+DEFAULT_TIMEOUT = 5.0  # seconds: Divergence.from_sympy returns or refuses within this (see the module docstring)
 
 
 class SymbolicTimeoutError(ValueError):
-    """:func:`from_sympy` ran out of its time limit before it could decide a property of ``f``."""
+    """:meth:`~mentored.Divergence.from_sympy` ran out of its time limit before it could decide a property of ``f``."""
 
 
 Y = sp.Symbol("y", real=True)
@@ -1005,56 +1005,3 @@ def _piecewise_callable(conj_expr, fprime0, f0, f_inf, end):
         return out
 
     return call
-
-
-def from_sympy(f_expr, t, name=None, *, timeout=DEFAULT_TIMEOUT, _conjugate_expr=None):
-    r"""A :class:`~mentored.Divergence` from a sympy generator :math:`f(t)`, validated and compiled.
-
-    Parameters
-    ----------
-    f_expr : sympy expression
-        :math:`f(t)`, convex on :math:`(0, \infty)` with :math:`f(1) = 0`. Non-smooth generators
-        (``Abs``, ``Max``, ``Min``, ``Piecewise``, ``Heaviside``, ``sign``) are accepted when convex.
-    t : sympy.Symbol
-        Declared positive.
-    name : str, optional
-        Defaults to ``str(f_expr)``.
-    timeout : float or None
-        Seconds within which the call returns or refuses (default :data:`DEFAULT_TIMEOUT`, 5 s);
-        ``None`` waits as long as sympy takes. Symbolic steps that run out fall back to numeric checks.
-
-    Raises
-    ------
-    ValueError
-        Naming the condition that failed and where: ``f(1) = 0``, convexity, finiteness on
-        :math:`(0, \infty)`, or limits that neither sympy nor the numeric fallback can determine.
-    SymbolicTimeoutError
-        (a ``ValueError``) when the time limit ran out, naming the step it was in.
-
-    Warns
-    -----
-    NumericCheckWarning
-        When a property was checked numerically, not proved symbolically.
-
-    Examples
-    --------
-    >>> import sympy as sp, mentored
-    >>> t = sp.Symbol("t", positive=True)
-    >>> tri = mentored.Divergence.from_sympy((t - 1)**2 / (t + 1), t, name="triangular")
-    >>> tri.f_inf, tri.convexity_check
-    (1.0, 'symbolic')
-    >>> hinge = mentored.Divergence.from_sympy(sp.Max(t - 1, 0), t)  # f'(1) is a subgradient
-    >>> hinge.f_inf, hinge.tilt, hinge.convexity_check
-    (1.0, 0.5, 'symbolic')
-    """
-    from .divergences import Divergence
-
-    info = analyse(f_expr, t, conjugate_expr=_conjugate_expr, timeout=timeout)
-    return Divergence(
-        name=str(f_expr) if name is None else str(name),
-        f=info.f,
-        fprime=info.fprime,
-        f_inf=info.f_inf,
-        f0=info.f0,
-        _info=info,
-    )

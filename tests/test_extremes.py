@@ -30,7 +30,7 @@ from mentored.testing import llm_like
 
 mpmath.mp.dps = 60
 _TILT = {"kl": 1.0, "reverse_kl": -1.0}
-DIVS = ["tv", "kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"]
+DIVS = list(mentored.BUILTIN_NAMES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_import_is_light_and_submodules_are_attributes():
         "heavy = [m for m in ('sympy', 'cvxpy', 'scipy', 'torch', 'transformers', 'matplotlib') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "assert callable(mentored.rules.audit) and callable(mentored.quality.small_budget)\n"
-        "assert 'sympy' not in sys.modules and mentored.symbolic.from_sympy and 'sympy' in sys.modules\n"
+        "assert 'sympy' not in sys.modules and mentored.symbolic.analyse and 'sympy' in sys.modules\n"
         "assert {'rules', 'quality', 'hf', 'textlm'} <= set(dir(mentored))\n"
     )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)

@@ -26,8 +26,7 @@ import mentored
 from mentored import _core
 from mentored.testing import KINDS, instance, llm_like
 
-DIVS = ["tv", "kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"]
-_TILT = {"kl": 1.0, "reverse_kl": -1.0}  # f'(1) of the built-ins (0 for the others; tv: the subgradient 0)
+DIVS = list(mentored.BUILTIN_NAMES)
 # Under the sanitizers (fuzz/sanitized.sh) everything runs ~10x slower: fewer examples.
 _EXAMPLES = 15 if os.environ.get("MENTORED_SANITIZED") else 60
 _FUZZ = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -36,7 +35,7 @@ _FUZZ = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[H
 def tilted_divergence(div: str, pi, p) -> np.ndarray:
     """D̃_f(π‖p) in float64 from the definition (mentored.divergences), tilted by f'(1)."""
     pi = np.asarray(pi, dtype=np.float64)
-    return mentored.divergence(div)(pi, p) - _TILT.get(div, 0.0) * (pi.sum(axis=-1) - 1.0)
+    return mentored.divergence(div)(pi, p) - mentored.divergence(div).tilt * (pi.sum(axis=-1) - 1.0)
 
 
 def normalised64(a) -> np.ndarray:

@@ -43,7 +43,7 @@ def constants(div: str, p: np.ndarray, q: np.ndarray):
     t0, t1 = 1 - s1 / b, 1 + s1 / a
     assert t0 >= 0.5 - 1e-15 and t1 <= 2 + 1e-15
     assert np.all((r <= t0 * (1 + 1e-12)) | (r >= t1 * (1 - 1e-12)) | (r == 1))
-    fsecond = mentored.divergence(div).fsecond
+    fsecond = mentored.divergence(div).symbolic.fsecond
     grid = np.linspace(t0, t1, 2001)  # the endpoints included; f'' is monotone for every built-in
     f2 = np.asarray(fsecond(grid), dtype=float)
     m, M = float(f2.min()), float(f2.max())

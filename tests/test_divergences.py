@@ -1,0 +1,183 @@
+"""Every field of every built-in divergence against its sympy generator, evaluated in 40 digits.
+
+A built-in is one entry of the registry (mentored/divergences.py) plus its C++ generator; these tests
+check each derived form, numpy, torch, the core's and the convex program's, against the definition
+f(t) alone, so that a wrong entry, a lost digit or a mirror that drifted fails here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+
+import mentored
+from mentored import _core
+from mentored.divergences import _NP, _REGISTRY, _perspective
+
+NAMES = mentored.BUILTIN_NAMES
+mpmath.mp.dps = 40
+
+# Ratios across the whole range, and close to 1 where the tilted forms must keep their digits.
+T = np.concatenate([np.logspace(-300, 300, 61), np.logspace(-6, 6, 61), 1 + np.array([-1e-4, -1e-9, 1e-12, 1e-9, 1e-4])])
+
+
+def _hp(expr, sym):
+    """``expr`` as a function of one float, evaluated in 40 digits (mpmath), returned as mpf."""
+    fn = sp.lambdify(sym, expr, modules="mpmath")
+    return lambda x: mpmath.mpf(fn(mpmath.mpf(float(x))))
+
+
+_MAX = mpmath.mpf(np.finfo(np.float64).max)
+
+
+def _close(got, want, rel, what, near_one=0.0):
+    """got[i] ≈ want[i] to ``rel`` relative, plus ``near_one``·|t − 1| absolute (forms whose value near
+    1 is second order in t − 1 keep the digits of t − 1, not more); beyond DBL_MAX, ±inf."""
+    for x, g, w in zip(T, got, want):
+        if mpmath.isinf(w) or abs(w) > _MAX:
+            assert g == (math.inf if w > 0 else -math.inf), f"{what} at {x!r}: {g!r}, expected {mpmath.nstr(w, 17)}"
+        else:
+            tol = rel * abs(w) + near_one * abs(mpmath.mpf(float(x)) - 1) + mpmath.mpf(1e-300)
+            assert abs(mpmath.mpf(float(g)) - w) <= tol, f"{what} at {x!r}: {g!r}, expected {mpmath.nstr(w, 17)}"
+
+
+def test_names_and_codes_come_from_the_core():
+    members = _core.Generator.__members__
+    assert NAMES == tuple(sorted(members, key=lambda n: int(members[n])))
+    assert sorted(spec.name for spec in _REGISTRY) == sorted(NAMES)
+    for name in NAMES:
+        assert mentored.divergence(name).compiled == members[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_constants_equal_the_sympy_limits(name):
+    div = mentored.divergence(name)
+    t = sp.Symbol("t", positive=True)
+    f = div.builtin.source(t)
+    assert f.subs(t, 1) == 0
+    f0, f_inf = sp.limit(f, t, 0, "+"), sp.limit(f / t, t, sp.oo)
+    assert div.f0 == float(f0) and div.f_inf == float(f_inf)
+    left, right = sp.limit(sp.diff(f, t), t, 1, "-"), sp.limit(sp.diff(f, t), t, 1, "+")
+    assert div.tilt == float((left + right) / 2)  # f'(1), or the midpoint of ∂f(1) at a kink (tv)
+    assert div.f(np.array(0.0)) == float(f0)
+    assert div.f(np.array(np.inf)) == float(sp.limit(f, t, sp.oo))
+    assert div.fprime(np.array(np.inf)) == float(f_inf)
+    assert div.fprime(np.array(0.0)) == float(sp.limit(sp.diff(f, t), t, 0, "+"))
+    # the same limits from the symbolic analysis the custom divergences get
+    info = div.symbolic
+    assert (info.f0, info.f_inf, info.tilt) == (div.f0, div.f_inf, div.tilt)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generator_and_derivative_to_rounding(name):
+    div = mentored.divergence(name)
+    t = sp.Symbol("t", positive=True)
+    f = div.builtin.source(t)
+    c = div.tilt
+    f_tilde = _hp(f - c * (t - 1), t)
+    want = [f_tilde(x) for x in T]
+    _close(div.f_tilde(T), want, 1e-13, "numpy f̃", near_one=1e-15)
+    _close(_core.generator_f_array(int(div.compiled), T), want, 1e-13, "core f̃", near_one=1e-15)
+    _close(div.f(T), [_hp(f, t)(x) for x in T], 1e-13, "f", near_one=1e-15)
+    off_kink = T[np.abs(T - 1) > 1e-3] if name == "tv" else T
+    fp = _hp(sp.diff(f, t), t)
+    got = div.fprime(off_kink)
+    for x, g in zip(off_kink, got):  # f' = f̃' + c: absolute accuracy, relative to max(|f'|, |c|)
+        w = fp(x)
+        if abs(w) > _MAX:
+            assert g == (math.inf if w > 0 else -math.inf), f"f' at {x!r}"
+        else:
+            assert abs(mpmath.mpf(float(g)) - w) <= 1e-14 * max(abs(w), abs(c), 1e-300), f"f' at {x!r}: {g!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_perspective_without_overflow(name):
+    # y·f̃(x/y) for y down to denormals, where x/y overflows: the terms the solver sums for them.
+    div = mentored.divergence(name)
+    t = sp.Symbol("t", positive=True)
+    f_tilde = sp.lambdify(t, div.builtin.source(t) - div.tilt * (t - 1), "mpmath")
+    ys = np.array([1.0, 0.3, 1e-8, 1e-300, 5e-320, 3.5e-323])
+    xs = np.array([0.0, 1e-12, 0.3, 0.5, 1.0])
+    X, Y = (a.ravel() for a in np.meshgrid(xs, ys))
+    got = _np_form(lambda o, x, y: _perspective(div.builtin, o, x, y), X, Y)
+    for x, y, g in zip(X, Y, got):
+        xm, ym = mpmath.mpf(float(x)), mpmath.mpf(float(y))
+        w = ym * mpmath.mpf(div.f0 - div.tilt * -1) if x == 0 else ym * f_tilde(xm / ym)
+        if mpmath.isinf(w) or w > _MAX:
+            assert g == math.inf, (x, y, g)
+        else:  # absolute: rounding of the arguments, |x − y|·ulp, as the tilted sums need
+            assert abs(mpmath.mpf(float(g)) - w) <= 1e-13 * abs(w) + 1e-16 * abs(xm - ym) + mpmath.mpf(1e-320), (x, y, g, w)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_conjugate_against_the_supremum(name):
+    # f̃*(y) = sup_t (y t − f̃(t)), from its closed form, against a dense supremum (a lower bound
+    # that approaches it) and against the domain: inf past f̃∞.
+    div = mentored.divergence(name)
+    ts = np.concatenate([[0.0], np.logspace(-8, 8, 200_001)])
+    ft = div.f_tilde(ts)
+    f_inf_tilde = div.f_inf - div.tilt
+    ys = np.linspace(-3, min(f_inf_tilde, 3.0), 41)[:-1] if math.isfinite(f_inf_tilde) else np.linspace(-3, 3, 41)
+    closed = div.conjugate_tilde(ys)
+    sup = np.array([np.max(y * ts - ft) for y in ys])
+    assert np.all(closed >= sup - 1e-9 * (1 + np.abs(sup))), name
+    assert np.all(closed <= sup + 1e-4 * (1 + np.abs(sup))), name
+    if math.isfinite(f_inf_tilde):
+        assert np.isinf(div.conjugate_tilde(np.array([f_inf_tilde + 1e-6, f_inf_tilde + 1.0]))).all()
+    # and the symbolic conjugate of the analysis, where it found one
+    if div.symbolic.conjugate_expr is not None:
+        sym = div.symbolic.conjugate(ys + div.tilt) - div.tilt
+        np.testing.assert_allclose(closed, sym, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_convex_program_cost_equals_the_divergence(name):
+    import cvxpy as cp
+
+    div = mentored.divergence(name)
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(6))
+    u = rng.uniform(0.2, 2.0, 6)
+    outside = 0.0 if math.isinf(div.f_inf) else 0.1
+    u *= (1 - outside) / (p @ u)  # Σ p u + outside = 1, the oracle's constraint
+    cost = div.builtin.cvxpy(cp, cp.Constant(u), p, outside)
+    assert cost.is_convex()
+    pi = np.concatenate([p * u, [outside]])
+    assert math.isclose(float(cost.value), float(div(pi, np.concatenate([p, [0.0]]))), rel_tol=1e-12, abs_tol=1e-14)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_torch_forms_are_the_numpy_forms(name):
+    torch = pytest.importorskip("torch", reason="the torch forms need torch (pip install 'mentored[torch]')")
+    from mentored.divergences import _TorchOps
+
+    spec, ops = mentored.divergence(name).builtin, _TorchOps()
+    x = torch.tensor(T)
+    for form in (spec.f_tilde, spec.fprime_tilde):
+        np.testing.assert_allclose(form(ops, x).numpy(), _np_form(form, T), rtol=1e-15, atol=0)
+    y = np.linspace(-3, 0.3, 12)
+    np.testing.assert_allclose(spec.conjugate_tilde(ops, torch.tensor(y)).numpy(), _np_form(spec.conjugate_tilde, y), rtol=1e-15)
+    xs, ys = np.array([0.0, 0.2, 1e-300, 0.7]), np.array([0.5, 3.5e-323, 1.0, 1e-310])
+    np.testing.assert_allclose(
+        _perspective(spec, ops, torch.tensor(xs), torch.tensor(ys)).numpy(),
+        _np_form(lambda o, x, y: _perspective(spec, o, x, y), xs, ys), rtol=1e-15,
+    )
+
+
+def _np_form(form, *args):
+    with np.errstate(all="ignore"):
+        return form(_NP, *args)
+
+
+def test_a_custom_divergence_named_like_a_builtin_is_not_one():
+    t = sp.Symbol("t", positive=True)
+    fake = mentored.Divergence.from_sympy(t * sp.log(t) + (t - 1) ** 2, t, name="kl")
+    assert fake.compiled is None and fake.builtin is None
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    a = mentored.solve(p, q, divergence=fake, budget=0.05).pi
+    b = mentored.solve(p, q, divergence="kl", budget=0.05).pi
+    assert np.abs(a - b).max() > 1e-3
