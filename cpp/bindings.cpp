@@ -128,21 +128,24 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
   return py::make_tuple(pi, results, status);
 }
 
-// Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel.
+// Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel on the
+// threads the solve runs on (batch_threads: threads ≤ 0 leaves a small batch on the calling thread).
 template <class T>
-carray<double> row_stats(carray<T> x) {
+carray<double> row_stats(carray<T> x, int threads) {
   if (x.ndim() != 2) throw std::invalid_argument("row_stats takes a (B, n) array");
   const auto rows = static_cast<std::size_t>(x.shape(0)), n = static_cast<std::size_t>(x.shape(1));
   carray<double> out({rows, std::size_t{3}});
   const T* data = x.data();
   double* o = out.mutable_data();
+  const int nt = batch_threads(threads, rows, n);
   {
     py::gil_scoped_release release;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * n > (1u << 16))
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
     for (long long b = 0; b < static_cast<long long>(rows); ++b) stats_pass(data + b * n, n, o + 3 * b);
   }
+  (void)nt;
   return out;
 }
 
@@ -421,8 +424,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
-  m.def("row_stats", &row_stats<double>, py::arg("x"));
-  m.def("row_stats", &row_stats<float>, py::arg("x"));
+  m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
+  m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
   m.def(
       "generator_f_array",

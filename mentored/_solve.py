@@ -156,9 +156,9 @@ def solve(
     acceptance : float or array_like (B,), optional
         Target acceptance in [0, 1]; exactly one of ``budget`` and ``acceptance`` is given.
     threads : int, optional
-        OpenMP threads over rows (default: all cores, or the calling thread alone for a batch of
-        at most 65,536 entries, where waking a team costs more than the work). Results do not
-        depend on it.
+        OpenMP threads over rows, for the input checks and the solve (default: all cores, or the
+        calling thread alone for a batch of at most 65,536 entries, where waking a team costs more
+        than the work). Results do not depend on it.
     normalize : bool
         Renormalise rows instead of refusing rows that do not sum to 1.
     check : bool
@@ -186,7 +186,8 @@ def solve(
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
-    p, q, sums = as_pair(target, draft, normalize, with_sums=True)
+    nthreads = threads_arg(threads)
+    p, q, sums = as_pair(target, draft, normalize, with_sums=True, threads=nthreads)
     squeeze = p.ndim == 1
     p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
     dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
@@ -200,7 +201,6 @@ def solve(
         mode, values = 0, per_row(budget, rows, "budget")
     else:
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
-    nthreads = threads_arg(threads)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
     if div._code is not None:
