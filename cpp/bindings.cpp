@@ -86,7 +86,7 @@ inline std::size_t chunk_rows(std::size_t rows, std::size_t n, int nt) {
   return std::min(rows, per_thread * static_cast<std::size_t>(nt));
 }
 
-// Batched solve for (B, n) arrays; returns (π, results (B, 6), status (B,)); sums, out: above.
+// Batched solve for (B, n) arrays; returns (π, results (B, 8) as RowResult, status (B,)); sums, out: above.
 // U: the type of π (T, or float for float64 rows whose output is float32).
 template <class T, class U = T>
 py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums,
@@ -128,21 +128,24 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
   return py::make_tuple(pi, results, status);
 }
 
-// Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel.
+// Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel on the
+// threads the solve runs on (batch_threads: threads ≤ 0 leaves a small batch on the calling thread).
 template <class T>
-carray<double> row_stats(carray<T> x) {
+carray<double> row_stats(carray<T> x, int threads) {
   if (x.ndim() != 2) throw std::invalid_argument("row_stats takes a (B, n) array");
   const auto rows = static_cast<std::size_t>(x.shape(0)), n = static_cast<std::size_t>(x.shape(1));
   carray<double> out({rows, std::size_t{3}});
   const T* data = x.data();
   double* o = out.mutable_data();
+  const int nt = batch_threads(threads, rows, n);
   {
     py::gil_scoped_release release;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (rows > 1 && rows * n > (1u << 16))
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 #endif
     for (long long b = 0; b < static_cast<long long>(rows); ++b) stats_pass(data + b * n, n, o + 3 * b);
   }
+  (void)nt;
   return out;
 }
 
@@ -242,7 +245,7 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
   OneShot row;
   for (std::size_t b = 0; b < rows; ++b) {
     const std::size_t o = b * n;
-    RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
+    RowResult r;
     const Status st = solve_row(row, f, p.data() + o, q.data() + o, n, static_cast<Mode>(mode), values.data()[b],
                                 pi.mutable_data() + o, r, ss ? ss[2 * b] : kNaN, ss ? ss[2 * b + 1] : kNaN);
     status.mutable_data()[b] = static_cast<int>(st);
@@ -387,6 +390,16 @@ class PyPath {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of mentored: the sorted-ratio structure and the batched solver.";
 
+  // The built-in generators; every binding that takes a code takes a member (or its int value).
+  py::enum_<Generator>(m, "Generator")
+      .value("tv", Generator::tv)
+      .value("kl", Generator::kl)
+      .value("reverse_kl", Generator::reverse_kl)
+      .value("chi2", Generator::chi2)
+      .value("neyman_chi2", Generator::neyman_chi2)
+      .value("hellinger", Generator::hellinger)
+      .value("js", Generator::js);
+
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
@@ -411,8 +424,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
-  m.def("row_stats", &row_stats<double>, py::arg("x"));
-  m.def("row_stats", &row_stats<float>, py::arg("x"));
+  m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
+  m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
   m.def(
       "generator_f_array",
@@ -426,6 +439,47 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("code"), py::arg("t"));
   m.def("generator_f_inf", [](int code) { return generator_f_inf(generator(code)); }, py::arg("code"));
+  // The untilted generator's (tilt c = f'(1), f(0), f∞), f = f̃ + c(t − 1).
+  m.def(
+      "generator_constants",
+      [](int code) {
+        const GeneratorConstants k = generator_constants(generator(code));
+        return py::make_tuple(k.tilt, k.f0, k.f_inf);
+      },
+      py::arg("code"));
+  // f̃'(t) of the tilted generator at each t in [0, ∞]; side > 0: from the right at a kink (tv at 1).
+  m.def(
+      "generator_df_array",
+      [](int code, carray<double> t, int side) {
+        const Generator g = generator(code);
+        carray<double> out(t.request().shape);
+        const double* x = t.data();
+        double* o = out.mutable_data();
+        for (py::ssize_t i = 0; i < t.size(); ++i) o[i] = generator_df(g, x[i], side);
+        return out;
+      },
+      py::arg("code"), py::arg("t"), py::arg("side") = 1);
+  // λ, μ (solve.hpp, dual_params) from thresholds, as the batched solve returns them per row.
+  m.def(
+      "dual",
+      [](int code, carray<double> t_lo, carray<double> t_hi, py::array_t<bool, py::array::c_style> binding) {
+        const BuiltinF f(generator(code));
+        const auto k = static_cast<std::size_t>(t_lo.size());
+        if (t_lo.ndim() != 1 || t_hi.ndim() != 1 || binding.ndim() != 1 || static_cast<std::size_t>(t_hi.size()) != k ||
+            static_cast<std::size_t>(binding.size()) != k)
+          throw std::invalid_argument("t_lo, t_hi and binding must be 1-D arrays of one length");
+        carray<double> lam(static_cast<py::ssize_t>(k)), mu(static_cast<py::ssize_t>(k));
+        for (std::size_t i = 0; i < k; ++i) {
+          RowResult r;
+          r.t_lo = t_lo.data()[i];
+          r.t_hi = t_hi.data()[i];
+          dual_params(f, r, binding.data()[i], 0);
+          lam.mutable_data()[i] = r.lam;
+          mu.mutable_data()[i] = r.mu;
+        }
+        return py::make_tuple(lam, mu);
+      },
+      py::arg("code"), py::arg("t_lo"), py::arg("t_hi"), py::arg("binding"));
   m.def("has_openmp", []() {
 #ifdef _OPENMP
     return true;

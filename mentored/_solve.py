@@ -58,8 +58,14 @@ class Solution:
 
 
 def _dual(div: Divergence, t_lo, t_hi, binding):
-    """λ, μ of docs/theory.md §4 from the thresholds, with one-sided derivatives at a kink at 1."""
+    """λ, μ of docs/theory.md §4 from the thresholds, with one-sided derivatives at a kink at 1.
+
+    A built-in's come from the core (its f' lives with f̃ there); a user divergence's from its ``fprime``.
+    """
     t_lo, t_hi, binding = map(np.atleast_1d, (t_lo, t_hi, binding))
+    if div._code is not None:
+        return _core.dual(div._code, *(np.ascontiguousarray(x, dtype=np.float64) for x in (t_lo, t_hi)),
+                          np.ascontiguousarray(binding, dtype=bool))
     up = np.where(t_hi == 1.0, np.nextafter(1.0, 2.0), t_hi)
     down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
     d_hi, d_lo = div.fprime(up), div.fprime(down)
@@ -74,7 +80,10 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
 
 def _finish(div, pi, res, binding, squeeze):
     s, t_lo, t_hi, acc, dval = (res[:, j] for j in range(5))
-    lam, mu = _dual(div, t_lo, t_hi, binding)
+    if div._code is not None and res.shape[1] >= 8:
+        lam, mu = res[:, 6], res[:, 7]  # the core's, per row
+    else:
+        lam, mu = _dual(div, t_lo, t_hi, binding)
     fields = dict(acceptance=acc, divergence=dval, s=s, t_lo=t_lo, t_hi=t_hi, lam=lam, mu=mu)
     if squeeze:
         fields = {k: float(v[0]) for k, v in fields.items()}
@@ -147,9 +156,9 @@ def solve(
     acceptance : float or array_like (B,), optional
         Target acceptance in [0, 1]; exactly one of ``budget`` and ``acceptance`` is given.
     threads : int, optional
-        OpenMP threads over rows (default: all cores, or the calling thread alone for a batch of
-        at most 65,536 entries, where waking a team costs more than the work). Results do not
-        depend on it.
+        OpenMP threads over rows, for the input checks and the solve (default: all cores, or the
+        calling thread alone for a batch of at most 65,536 entries, where waking a team costs more
+        than the work). Results do not depend on it.
     normalize : bool
         Renormalise rows instead of refusing rows that do not sum to 1.
     check : bool
@@ -177,7 +186,8 @@ def solve(
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
-    p, q, sums = as_pair(target, draft, normalize, with_sums=True)
+    nthreads = threads_arg(threads)
+    p, q, sums = as_pair(target, draft, normalize, with_sums=True, threads=nthreads)
     squeeze = p.ndim == 1
     p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
     dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
@@ -191,7 +201,6 @@ def solve(
         mode, values = 0, per_row(budget, rows, "budget")
     else:
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
-    nthreads = threads_arg(threads)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
     if div.compiled is not None:

@@ -18,15 +18,15 @@ def as_distribution(x, name: str) -> np.ndarray:
     return _distribution(x, name)[0]
 
 
-def _distribution(x, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """as_distribution, and the float64 row sums it computed on the way."""
+def _distribution(x, name: str, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """as_distribution, and the float64 row sums it computed on the way (on ``threads``, as the core takes them)."""
     # The usual case first, without the name checks below (a dtype's name costs microseconds).
     a = x if isinstance(x, np.ndarray) and x.dtype in _FLOATS else _floats(x, name)
     if a.ndim not in (1, 2):
         raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {a.shape}")
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape})")
-    sums, lo, hi = row_stats(a)
+    sums, lo, hi = row_stats(a, threads)
     # One test for the usual case; NaN fails every comparison, and shows in the sums.
     if not (lo.min() >= 0 and hi.max() < np.inf and sums.min() == sums.min()):
         if np.any(np.isnan(sums)) or np.any(hi == np.inf) or np.any(lo == -np.inf):
@@ -72,10 +72,13 @@ def _floats(x, name: str) -> np.ndarray:
     return a
 
 
-def row_stats(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of a float32/float64 array: Σ (in float64), min and max, in one compiled pass."""
+def row_stats(a: np.ndarray, threads: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of a float32/float64 array: Σ (in float64), min and max, in one compiled pass.
+
+    ``threads`` as :func:`threads_arg` returns it (0: the core's default, the calling thread alone
+    for small batches)."""
     rows = np.ascontiguousarray(a.reshape(-1, a.shape[-1]))
-    stats = _core.row_stats(rows)
+    stats = _core.row_stats(rows, threads)
     shape = a.shape[:-1]
     return stats[:, 0].reshape(shape), stats[:, 1].reshape(shape), stats[:, 2].reshape(shape)
 
@@ -114,11 +117,12 @@ def check_sums(a: np.ndarray, name: str, normalize: bool, sums: np.ndarray | Non
     return a
 
 
-def as_pair(target, draft, normalize: bool, with_sums: bool = False):
+def as_pair(target, draft, normalize: bool, with_sums: bool = False, threads: int = 0):
     """(p, q) checked; with ``with_sums``, also their float64 row sums as a (..., 2) array (as
-    ``row_stats`` computes them, for the core to skip its own pass), or None if a row was rescaled."""
-    p, sp = _distribution(target, "target")
-    q, sq = _distribution(draft, "draft")
+    ``row_stats`` computes them, for the core to skip its own pass), or None if a row was rescaled.
+    ``threads``: as :func:`threads_arg` returns it, for the checking pass."""
+    p, sp = _distribution(target, "target", threads)
+    q, sq = _distribution(draft, "draft", threads)
     if p.shape != q.shape:
         raise ValueError(f"target and draft must have the same shape, got {p.shape} and {q.shape}")
     p2, q2 = check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)

@@ -22,7 +22,7 @@ import time
 import mpmath
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 
 import mentored
 from mentored import _core
@@ -495,3 +495,25 @@ def test_row_sums_are_compensated_on_long_rows():
     # non-finite sums stay as they were: ∞ for overflowing finite entries, NaN for NaN
     assert mentored._core.row_stats(np.array([[1e308, 1e308, 1.0]]))[0, 0] == np.inf
     assert np.isnan(mentored._core.row_stats(np.array([[1.0, np.nan]]))[0, 0])
+
+
+def test_row_checks_take_the_callers_threads(monkeypatch):
+    # threads= reaches the validation pass too (it threaded above 65,536 entries whatever was asked),
+    # and the row sums do not depend on it.
+    rng = np.random.default_rng(3)
+    x = rng.random((16, 8192))
+    ref = mentored._core.row_stats(x)
+    for t in (1, 2, 3):
+        assert_array_equal(mentored._core.row_stats(x, t), ref)
+    seen = []
+    original = mentored._core.row_stats
+
+    def spy(a, threads=0):
+        seen.append(threads)
+        return original(a, threads)
+
+    monkeypatch.setattr(mentored._core, "row_stats", spy)
+    P = x / x.sum(1, keepdims=True)
+    mentored.solve(P, P[::-1].copy(), divergence="kl", budget=0.1, threads=1)
+    mentored.solve(P, P[::-1].copy(), divergence="kl", budget=0.1)
+    assert seen == [1, 1, 0, 0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import mpmath
 import sympy
 from numpy.testing import assert_allclose, assert_array_equal
 
@@ -268,3 +269,80 @@ def test_dual_parameters_satisfy_stationarity(div, rng):
         assert (sol.lam, sol.mu) == (1.0, 0.5)
 
 
+def test_generators_exported_by_the_core():
+    # The codes come from the core's enum, not from a table kept equal by hand; the untilted
+    # constants (tilt c = f'(1), f(0), f∞) agree with the Python definitions.
+    G = mentored._core.Generator
+    assert list(G.__members__) == list(DIVERGENCES)
+    for name, g in G.__members__.items():
+        d = mentored.divergence(name)
+        tilt, f0, f_inf = mentored._core.generator_constants(g)
+        assert mentored._core.generator_constants(int(g)) == (tilt, f0, f_inf)
+        assert (f0, f_inf) == (d.f0, d.f_inf), name
+        assert tilt == (0.0 if name == "tv" else float(d.fprime(np.array(1.0)))), name
+        assert mentored._core.generator_f(g, 2.0) == mentored._core.generator_f(int(g), 2.0)
+    with pytest.raises(ValueError, match="unknown divergence code"):
+        mentored._core.generator_constants(len(G.__members__))
+
+
+@pytest.mark.parametrize("name", [n for n in DIVERGENCES if n != "tv"])
+def test_compiled_derivative_is_accurate(name):
+    # f̃' near 1 is small and is differenced for λ: relative accuracy there, and the limits at 0 and ∞.
+    t = np.concatenate([1 + np.array([-1e-12, -1e-9, -1e-5, 1e-12, 1e-9, 1e-5, 0.1, -0.1]), np.logspace(-300, 300, 61)])
+    core = mentored._core.generator_df_array(getattr(mentored._core.Generator, name), t)
+    d = mentored.divergence(name)
+    tt = sympy.Symbol("t", positive=True)
+    df = sympy.lambdify(tt, sympy.diff(d.builtin.source(tt), tt) - d.tilt, "mpmath")  # f̃' = f' − f'(1)
+    with mpmath.workdps(50):
+        exact = np.array([float(df(mpmath.mpf(float(x)))) for x in t])
+    assert_allclose(core, exact, rtol=4e-16 * 8, atol=0)
+    ends = mentored._core.generator_df_array(int(getattr(mentored._core.Generator, name)), np.array([0.0, np.inf]))
+    assert ends[0] == -np.inf or ends[0] == d.fprime(np.array(1e-300)) - d.tilt
+    assert ends[1] == d.f_inf - d.tilt
+
+
+def test_tv_one_sided_derivative_at_its_kink():
+    df = mentored._core.generator_df_array
+    assert list(df(0, np.array([0.0, 0.5, 1.0, 2.0, np.inf]), 1)) == [-0.5, -0.5, 0.5, 0.5, 0.5]
+    assert list(df(0, np.array([1.0]), -1)) == [-0.5]
+
+
+def _numpy_dual(d, t_lo, t_hi, binding):
+    """λ, μ from numpy's f′, as Python computed them before the core did."""
+    up = np.where(t_hi == 1.0, np.nextafter(1.0, 2.0), t_hi)
+    down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
+    d_hi, d_lo = d.fprime(up), d.fprime(down)
+    gap = d_hi - d_lo
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(gap > 1e-8, 1.0 / gap, np.inf)
+        mu = np.where(np.isfinite(lam), -lam * d_lo, np.nan)
+    return np.where(binding, lam, 0.0), np.where(binding, mu, 0.0)
+
+
+@pytest.mark.parametrize("name", DIVERGENCES)
+def test_core_dual_parameters_equal_the_numpy_formula(name, rng):
+    # The core returns λ, μ per row (columns 6, 7 of its results); they equal 1/(f'(t_hi) − f'(t_lo))
+    # and −λ f'(t_lo) from numpy's f' wherever the gap is well conditioned, in both modes.
+    d = mentored.divergence(name)
+    P, Q = map(np.array, zip(*(llm_like(rng, 200) for _ in range(24))))
+    P[16:][rng.random((8, 200)) < 0.2] = 0.0  # exact zeros on either side: t_lo = 0, t_hi = ∞
+    Q[20:][rng.random((4, 200)) < 0.2] = 0.0
+    P, Q = P / P.sum(1, keepdims=True), Q / Q.sum(1, keepdims=True)
+    B = len(P)
+    for mode, values in ((0, np.exp(rng.uniform(np.log(1e-3), np.log(3.0), B))), (1, rng.uniform(0.3, 1.0, B))):
+        try:
+            pi, res, status = mentored._core.solve(P, Q, int(getattr(mentored._core.Generator, name)), mode, values, 1)
+        except ValueError:
+            continue
+        ok = status == 0
+        assert res.shape == (B, 8)
+        binding = (res[:, 0] < res[:, 5]) if mode == 0 else np.ones(B, bool)
+        lam, mu = _numpy_dual(d, res[:, 1], res[:, 2], binding)
+        assert_allclose(res[ok, 6], lam[ok], rtol=1e-12, atol=0)
+        assert_allclose(res[ok, 7], mu[ok], rtol=1e-12, atol=1e-300)
+        sol = mentored.solve(P[ok], Q[ok], divergence=name, **({"budget": values[ok]} if mode == 0 else {"acceptance": values[ok]}))
+        assert_array_equal(sol.lam, res[ok, 6])
+        assert_array_equal(sol.mu, res[ok, 7])
+        core_lam, core_mu = mentored._core.dual(int(getattr(mentored._core.Generator, name)), res[:, 1].copy(), res[:, 2].copy(), binding)
+        assert_array_equal(core_lam[ok], res[ok, 6])
+        assert_array_equal(core_mu[ok], res[ok, 7])

@@ -5,7 +5,8 @@
 // uses c = −f'(1), so that every term p_i f(π_i/p_i) is ≥ 0 and the sums that make D_f(π(s)‖p)
 // carry no cancellation: D is then accurate to rounding relative to itself, even at s ≈ 0 where it
 // is second order (kl: t log t − t + 1; reverse_kl: t − 1 − log t; the others have f'(1) = 0).
-// The integer codes are shared with mentored/divergences.py (_CODES); keep them equal.
+// The integer codes are exported by the bindings (mentored._core.Generator), which is where the
+// Python side reads them.
 #pragma once
 
 #include <cmath>
@@ -129,6 +130,53 @@ inline double generator_f_inf(Generator g) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+// c = f'(1) of the untilted generator (tv: the subgradient 0), so that f = f̃ + c·(t − 1).
+inline double generator_tilt(Generator g) {
+  switch (g) {
+    case Generator::kl: return 1.0;           // f = t log t
+    case Generator::reverse_kl: return -1.0;  // f = −log t
+    default: return 0.0;
+  }
+}
+
+// The untilted generator's tilt c, f(0) = f̃(0) − c and f∞ = f̃∞ + c.
+struct GeneratorConstants {
+  double tilt, f0, f_inf;
+};
+inline GeneratorConstants generator_constants(Generator g) {
+  const double c = generator_tilt(g);
+  return {c, generator_f(g, 0.0) - c, generator_f_inf(g) + c};
+}
+
+// f̃'(t) = f'(t) − c for t in [0, ∞], with f̃'(0) = f̃'(0+) and f̃'(∞) = f̃∞ (the limits). At tv's kink
+// (t = 1) it is the one-sided derivative: from the right for side > 0, from the left otherwise.
+// Written without cancellation near t = 1, where f̃' is small: λ = 1/(f'(t_hi) − f'(t_lo)) at a
+// small budget is the reciprocal of a difference of two such values.
+inline double generator_df(Generator g, double t, int side) {
+  const double ln2 = 0.69314718055994530942;
+  if (t == kInf) return generator_f_inf(g);
+  switch (g) {
+    case Generator::tv:
+      return t > 1.0 ? 0.5 : t < 1.0 ? -0.5 : (side > 0 ? 0.5 : -0.5);
+    case Generator::kl:  // log t
+      return t > 0.0 ? log_near_1(t) : -kInf;
+    case Generator::reverse_kl:  // 1 − 1/t
+      return t > 0.0 ? (t - 1.0) / t : -kInf;
+    case Generator::chi2:  // 2(t − 1)
+      return 2.0 * (t - 1.0);
+    case Generator::neyman_chi2:  // 1 − 1/t², without t² (which overflows past 1.3e154)
+      return t > 0.0 ? ((t - 1.0) / t) * ((t + 1.0) / t) : -kInf;
+    case Generator::hellinger:  // 1 − 1/√t = (t − 1)/(t + √t)
+      return t > 0.0 ? (t - 1.0) / (t + std::sqrt(t)) : -kInf;
+    case Generator::js:  // ½ log(2t/(1 + t))
+      if (t == 0.0) return -kInf;
+      if (t > 3.0) return 0.5 * (ln2 - std::log1p(1.0 / t));
+      if (t < 1.0 / 3.0) return 0.5 * std::log(2.0 * t / (1.0 + t));
+      return 0.5 * std::log1p((t - 1.0) / (t + 1.0));
+  }
+  return kNaN;
+}
+
 // Loops over many ratios, compiled twice on x86-64 (AVX2 and baseline, chosen at load time).
 // The AVX2 copy does the same IEEE operations four at a time (no FMA is enabled, so nothing is
 // contracted): results are bitwise the same on every machine.
@@ -215,6 +263,8 @@ struct BuiltinF {
   double f_inf;
   explicit BuiltinF(Generator g_) : g(g_), f_inf(generator_f_inf(g_)) {}
   double operator()(double t) const { return generator_f(g, t); }
+  // f'(t) of the untilted generator, one-sided at a kink (generator_df).
+  double fprime(double t, int side) const { return generator_df(g, t, side) + generator_tilt(g); }
   double huge(double y, double u) const { return generator_term_huge(g, y, u); }
   // f at n ratios in [0, ∞): one loop per generator, branch-free where that lets it vectorise.
   void many(const double* t, std::size_t n, double* out) const {

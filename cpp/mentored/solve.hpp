@@ -23,9 +23,10 @@ enum class Mode : int {
   acceptance = 1,  // value = a: s = a − 1 + TV(p, q), the smallest divergence reaching a
 };
 
-// Per-row scalars, in this order in the (B, 6) result block.
+// Per-row scalars, in this order in the (B, 8) result block. lam, mu: the dual parameters
+// (dual_params), NaN for a generator the core cannot differentiate (a user's: computed in Python).
 struct RowResult {
-  double s, t_lo, t_hi, acceptance, divergence, s_max;
+  double s = 0.0, t_lo = 1.0, t_hi = 1.0, acceptance = 0.0, divergence = 0.0, s_max = 0.0, lam = kNaN, mu = kNaN;
   void store(double* res) const {
     res[0] = s;
     res[1] = t_lo;
@@ -33,9 +34,28 @@ struct RowResult {
     res[3] = acceptance;
     res[4] = divergence;
     res[5] = s_max;
+    res[6] = lam;
+    res[7] = mu;
   }
 };
-constexpr int kRowFields = 6;
+constexpr int kRowFields = 8;
+
+// λ = 1/(f'(t_hi) − f'(t_lo)), μ = −λ f'(t_lo) (docs/theory.md §4), with the derivatives one-sided
+// toward the inside of [t_lo, t_hi] (tv's kink at 1). λ = 0, μ = 0 where the budget is not binding;
+// λ = ∞, μ = NaN where f'(t_hi) − f'(t_lo) ≤ 1e-8 (budget 0 for a generator differentiable at 1:
+// the dual optimum is not attained). Only for generators that give f' (the built-ins).
+template <class F>
+auto dual_params(const F& f, RowResult& r, bool binding, int) -> decltype(f.fprime(1.0, 1), void()) {
+  if (!binding) {
+    r.lam = r.mu = 0.0;
+    return;
+  }
+  const double d_hi = f.fprime(r.t_hi, 1), d_lo = f.fprime(r.t_lo, -1), gap = d_hi - d_lo;
+  r.lam = gap > 1e-8 ? 1.0 / gap : kInf;  // NaN (∞ − ∞) compares false: ∞
+  r.mu = r.lam < kInf ? -r.lam * d_lo : kNaN;
+}
+template <class F>
+void dual_params(const F&, RowResult&, bool, long) {}
 
 // What the solver knows of a generator beyond f: tv, whose D_tv(π(s)‖p) is s itself on the curve
 // (s = TV(π, p)), and whether D_f(π‖p) = 0 only at π = p (every built-in: f̃ > 0 off t = 1), so that
@@ -79,6 +99,7 @@ Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n
   out.acceptance = row.build_pi(p, q, x, pi, f);
   out.divergence = is_tv(f) ? x.s : row.divergence(f, x.s);
   out.s_max = s_max;
+  dual_params(f, out, mode == Mode::acceptance || x.s < s_max, 0);
   return Status::ok;
 }
 
@@ -124,7 +145,7 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
 #endif
     for (long long b = 0; b < static_cast<long long>(rows); ++b) {
       const std::size_t o = static_cast<std::size_t>(b) * n;
-      RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
+      RowResult r;
       const double sp = sums ? sums[2 * b] : kNaN, sq = sums ? sums[2 * b + 1] : kNaN;
       const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r, sp, sq);
       status[b] = static_cast<int>(st);
