@@ -63,8 +63,8 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
     A built-in's come from the core (its f' lives with f̃ there); a user divergence's from its ``fprime``.
     """
     t_lo, t_hi, binding = map(np.atleast_1d, (t_lo, t_hi, binding))
-    if div._code is not None:
-        return _core.dual(div._code, *(np.ascontiguousarray(x, dtype=np.float64) for x in (t_lo, t_hi)),
+    if div.compiled is not None:
+        return _core.dual(div.compiled, *(np.ascontiguousarray(x, dtype=np.float64) for x in (t_lo, t_hi)),
                           np.ascontiguousarray(binding, dtype=bool))
     up = np.where(t_hi == 1.0, np.nextafter(1.0, 2.0), t_hi)
     down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
@@ -80,7 +80,7 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
 
 def _finish(div, pi, res, binding, squeeze):
     s, t_lo, t_hi, acc, dval = (res[:, j] for j in range(5))
-    if div._code is not None and res.shape[1] >= 8:
+    if div.compiled is not None and res.shape[1] >= 8:
         lam, mu = res[:, 6], res[:, 7]  # the core's, per row
     else:
         lam, mu = _dual(div, t_lo, t_hi, binding)
