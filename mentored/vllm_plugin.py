@@ -53,7 +53,7 @@ class MentoredConfig:
 
     def __init__(self, divergence="kl", budget=0.0, zeros="keep"):
         from .divergences import divergence as _divergence
-        from .speculative import check_zeros
+        from ._validate import _check_zeros as check_zeros
 
         self.divergence = _divergence(divergence).name if isinstance(divergence, str) else divergence
         _divergence(self.divergence)  # unknown names fail here, at startup
