@@ -219,3 +219,20 @@ def test_every_module_lists_its_public_names(name):
     assert len(set(listed)) == len(listed), f"mentored/{name}.py: __all__ lists a name twice"
     missing = sorted(set(listed) - _top_level_names(tree))
     assert not missing, f"mentored/{name}.py: __all__ lists names it does not define: {missing}"
+
+
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from mentored/__init__.py; the installed metadata agrees."""
+    import importlib.metadata
+    import re
+    import tomllib
+
+    import mentored
+
+    meta = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in meta["project"] and "version" in meta["project"]["dynamic"]
+    source = meta["tool"]["scikit-build"]["metadata"]["version"]
+    assert source == {"provider": "scikit_build_core.metadata.regex", "input": "mentored/__init__.py"}
+    written = re.findall(r'^__version__ = "([^"]+)"$', MODULES["__init__"].read_text(encoding="utf-8"), re.M)
+    assert written == [mentored.__version__]
+    assert importlib.metadata.version("mentored") == mentored.__version__
