@@ -160,17 +160,6 @@ def compute_target_probs(target_logits: torch.Tensor, num_draft_tokens, sampling
 # ---------------------------------------------------------------- the module
 
 
-def _vllm_base():
-    """vLLM's RejectionSampler where vLLM is importable (so that the engine's constructor and helpers
-    work unchanged), else nn.Module."""
-    try:
-        from vllm.v1.sample.rejection_sampler import RejectionSampler
-
-        return RejectionSampler
-    except Exception:  # vLLM absent, or not importable on this machine
-        return nn.Module
-
-
 class _Mentored:
     """The mentored verification step shared by both forward signatures."""
 
