@@ -16,7 +16,9 @@ first use, so that ``import mentored`` needs neither sympy, cvxpy, torch nor tra
 ``mentored.rules`` (peer lossy rules and the frontier audit), ``mentored.quality`` (the boosting
 view), ``mentored.serving`` (vLLM's rejection-sampler layout), ``mentored.symbolic`` (divergences from sympy), ``mentored.oracle`` (the convex program),
 ``mentored.reference`` (the numpy reference), ``mentored.hf`` (Hugging Face loop),
-``mentored.torch_backend``, ``mentored.textlm`` (the demo's text models), ``mentored.testing``.
+``mentored.torch_backend``, ``mentored.textlm`` (the demo's text models), ``mentored.decoding``
+(the statistics of a decoding loop), ``mentored.testing``; ``mentored.exact`` (exact arithmetic for
+certificates) comes with the certificate.
 
 References
 ----------
@@ -66,7 +68,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 # Submodules reachable as attributes, imported on first access (PEP 562).
-_SUBMODULES = ("rules", "quality", "serving", "symbolic", "oracle", "reference", "hf", "torch_backend", "textlm", "testing")
+_SUBMODULES = ("rules", "quality", "serving", "symbolic", "oracle", "reference", "hf", "torch_backend", "textlm", "decoding", "testing")
 
 
 def __getattr__(name):

@@ -16,6 +16,8 @@ import numpy as np
 
 from . import BUILTIN_NAMES, MentoredPath
 
+__all__ = ["main", "build_parser"]
+
 DESCRIPTION = """\
 Mentored decoding: the optimal lossy verifier for speculative decoding. A drafter q proposes
 tokens, a target p verifies them; the output law pi may drift from p within an f-divergence

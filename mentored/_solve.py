@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
+from ._duality import certify_at
 from ._validate import as_pair, per_row, threads_arg
 from .divergences import Divergence, divergence as _divergence
 
@@ -246,7 +247,6 @@ def _check(sol, p2, q2, div, budgets, budget_mode):
     """
     import warnings
 
-    from .certificate import certify
     from .oracle import OracleDisagreementWarning, OracleSkippedWarning, oracle_skip_reason, oracle_solve
 
     pi2 = np.atleast_2d(sol.pi).astype(np.float64)
@@ -266,9 +266,9 @@ def _check(sol, p2, q2, div, budgets, budget_mode):
             # λ = 0 belongs to ε = ∞, so the dual point is searched for. With D_f = ∞ (f(0) = ∞,
             # f∞ < ∞: the limit of the optima as ε → ∞), π is certified at ε = ∞ itself.
             budget, lam, mu = float(dvals[r]), math.inf, math.nan
-        cert = certify(p, q, pi2[r], div, budget, lam=lam, mu=mu, **tols)
+        cert = certify_at(p, q, pi2[r], div, budget, lam=lam, mu=mu, **tols)
         if not cert.ok and cert.gap > cert.tol and math.isfinite(lam):  # the solver's point leaves a gap: search
-            cert = certify(p, q, pi2[r], div, budget, lam=math.inf, mu=math.nan, **tols)
+            cert = certify_at(p, q, pi2[r], div, budget, lam=math.inf, mu=math.nan, **tols)
         lossless = budget == 0.0 and _lossless_is_unique(div)
         if lossless and np.max(np.abs(pi2[r] - p)) <= tols["feas_tol"]:
             continue  # π = p, the only point with D_f = 0: optimal, whatever the dual search reaches
@@ -334,10 +334,8 @@ def _oracle_form_missing(div) -> str | None:
 
 def _exact_proof(p, q, pi, div, budget, lam, mu):
     """A rigorous certificate of π (certify(exact=True)) if one goes through, else None."""
-    from .certificate import certify
-
     try:
-        cert = certify(p, q, pi, div, budget, lam=lam, mu=mu, exact=True)
+        cert = certify_at(p, q, pi, div, budget, lam=lam, mu=mu, exact=True)
     except (NotImplementedError, ValueError):
         return None
     return cert if cert.ok else None

@@ -45,8 +45,8 @@ try:
 except ImportError as exc:
     raise ImportError("mentored.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
 
+from .decoding import DecodeStats, Tally
 from .speculative import speculative_step
-from .textlm import DecodeStats
 
 __all__ = ["generate", "GenerateStats", "load_pair", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
 
@@ -336,7 +336,7 @@ def _max_positions(model):
 
 @dataclass(frozen=True)
 class GenerateStats(DecodeStats):
-    """:class:`mentored.textlm.DecodeStats` pooled over the batch, plus ``rows`` (one
+    """:class:`mentored.decoding.DecodeStats` pooled over the batch, plus ``rows`` (one
     ``DecodeStats`` per row: its ``per_position`` acceptance, ``mean_accepted`` drafts per target
     pass, ``passes_per_token``), ``rounds`` (batched target forward passes) and ``seconds``: wall
     time of the drafter's passes (``draft``), the target's (``target``), the verification and
@@ -501,9 +501,7 @@ def generate(
     seqs = list(prompts)  # real tokens per row
     out = [[] for _ in range(B)]  # generated tokens per row
     active = list(range(B))  # rows still generating, in batch order
-    counts = {key: [0] * B for key in ("steps", "drafted", "accepted", "emitted", "verified")}
-    reached = torch.zeros((B, k), dtype=torch.float64)
-    kept = torch.zeros((B, k), dtype=torch.float64)
+    tallies = [Tally(k) for _ in range(B)]
     sec = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
     rounds = 0
     if streamer is not None:
@@ -547,17 +545,11 @@ def generate(
             L = int(seqs[b].numel())
             target_lm.keep(i, L + n_acc)
             draft_lm.keep(i, L + min(n_acc, k - 1))
-            counts["steps"][b] += 1
-            counts["drafted"][b] += k
-            counts["accepted"][b] += n_acc
-            counts["verified"][b] += min(n_acc + 1, k)
-            reached[b, : min(n_acc + 1, k)] += 1
-            kept[b, :n_acc] += 1
             done = False
             if eos_token_id is not None and bool((new == eos_token_id).any()):
                 new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
                 done = True
-            counts["emitted"][b] += int(new.numel())
+            tallies[b].step(n_acc, int(new.numel()))
             room = max_new_tokens - len(out[b])
             emit = new[:room]
             out[b].extend(emit.tolist())
@@ -581,21 +573,9 @@ def generate(
     for b, o in enumerate(out):
         gen_ids[b, : len(o)] = torch.as_tensor(o, dtype=torch.int64, device=device)
     sequences = torch.cat([ids_in, gen_ids], dim=1)
-    per_position = torch.where(reached > 0, kept / reached.clamp(min=1), torch.nan).numpy()
-    rows = tuple(
-        DecodeStats(
-            tokens=[gen_ids[b, : len(out[b])].cpu().numpy()], steps=counts["steps"][b], drafted=counts["drafted"][b],
-            accepted=counts["accepted"][b], per_position=per_position[b], emitted=counts["emitted"][b], verified=counts["verified"][b],
-        )
-        for b in range(B)
-    )
-    r_all, k_all = reached.sum(0), kept.sum(0)
+    rows = tuple(DecodeStats(**t.fields([gen_ids[b, : len(out[b])].cpu().numpy()])) for b, t in enumerate(tallies))
     sec["total"] = time.perf_counter() - t_total
-    stats = GenerateStats(
-        tokens=[r.tokens[0] for r in rows], steps=sum(counts["steps"]), drafted=sum(counts["drafted"]), accepted=sum(counts["accepted"]),
-        per_position=torch.where(r_all > 0, k_all / r_all.clamp(min=1), torch.nan).numpy(), emitted=sum(counts["emitted"]),
-        verified=sum(counts["verified"]), rows=rows, rounds=rounds, seconds=sec,
-    )
+    stats = GenerateStats(**Tally.pooled(tallies).fields([r.tokens[0] for r in rows]), rows=rows, rounds=rounds, seconds=sec)
     return sequences, stats
 
 

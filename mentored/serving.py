@@ -17,7 +17,8 @@ import numpy as np
 
 from ._validate import _floats
 from .divergences import Divergence, divergence as _divergence
-from .speculative import check_row_values, check_zeros, solve_pi
+from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros
+from .speculative import solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -457,7 +458,8 @@ def _inverse_cdf_np(w: np.ndarray, u: np.ndarray, fallback: np.ndarray) -> np.nd
 def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, threads=None):
     import torch
 
-    from .torch_backend import check_rows, solve_point
+    from ._validate import _check_tensor_rows as check_rows
+    from .torch_backend import solve_point
 
     B, T, K = plan.B, plan.T, plan.K
     p = torch.as_tensor(target_probs)

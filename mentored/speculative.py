@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _core
 from ._solve import solve
-from ._validate import threads_arg
+from ._validate import _check_step_inputs, _check_zeros, _step_budgets, _step_uniforms, threads_arg
 from .divergences import divergence as _divergence
 
 __all__ = ["speculative_step"]
@@ -113,13 +113,13 @@ def speculative_step(
             uniforms=uniforms,
             zeros=zeros,
         )
-    check_zeros(zeros)
-    p, bonus, q, draft = check_step_inputs(
+    _check_zeros(zeros)
+    p, bonus, q, draft = _check_step_inputs(
         target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray
     )
     B, k, V = q.shape
-    budgets = step_budgets(budget, B, k)
-    u = step_uniforms(uniforms, seed, B, k)
+    budgets = _step_budgets(budget, B, k)
+    u = _step_uniforms(uniforms, seed, B, k)
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
     p = p.astype(dtype, copy=False)
     q = np.ascontiguousarray(q, dtype=dtype)
@@ -138,15 +138,6 @@ def speculative_step(
     if np.any(status):  # ids were checked above; the core checks again
         raise ValueError(f"draft_token_ids: an id outside [0, {V}) in row {int(np.flatnonzero(status)[0])}")
     return out
-
-
-_ZEROS = ("keep", "continue")
-
-
-def check_zeros(zeros) -> str:
-    if zeros not in _ZEROS:
-        raise ValueError(f"zeros must be 'keep' or 'continue', got {zeros!r}")
-    return zeros
 
 
 def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
@@ -171,122 +162,3 @@ def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
             pi = np.array(pi, copy=True) if not pi.flags.writeable else pi
             pi[redo] = again
     return pi
-
-
-def check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray):
-    """Shapes, dtypes and id ranges, the same for numpy and torch (``asarray`` keeps the kind)."""
-    p, bonus, q, draft = (asarray(x) for x in (target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids))
-    for name, x in (("target_with_bonus_probs", p), ("draft_probs", q)):
-        kind = _dtype_kind(x)
-        if kind != "f":
-            raise TypeError(f"{name} must hold floats (float32 or float64), got dtype {x.dtype}")
-        if _itemsize(x) < 4:
-            raise TypeError(f"{name} has dtype {x.dtype}; cast it to float32 or float64 (half precision is not supported)")
-    for name, x in (("bonus_token_ids", bonus), ("draft_token_ids", draft)):
-        if _dtype_kind(x) not in "iu":
-            raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
-    if q.ndim != 3:
-        raise ValueError(f"draft_probs must have shape (B, k, V), got {tuple(q.shape)}")
-    B, k, V = q.shape
-    if tuple(p.shape) != (B, k + 1, V):
-        raise ValueError(
-            f"target_with_bonus_probs must have shape (B, k + 1, V) = ({B}, {k + 1}, {V}) to match draft_probs "
-            f"{tuple(q.shape)}, got {tuple(p.shape)}"
-        )
-    if tuple(draft.shape) != (B, k):
-        raise ValueError(f"draft_token_ids must have shape (B, k) = ({B}, {k}), got {tuple(draft.shape)}")
-    if tuple(bonus.shape) != (B, 1):
-        raise ValueError(f"bonus_token_ids must have shape (B, 1) = ({B}, 1), got {tuple(bonus.shape)}")
-    if V == 0 or B == 0:
-        raise ValueError(f"empty input: B = {B}, V = {V}")
-    for name, x in (("draft_token_ids", draft), ("bonus_token_ids", bonus)):
-        if x.numel() if hasattr(x, "numel") else x.size:
-            lo, hi = int(x.min()), int(x.max())
-            if lo < 0 or hi >= V:
-                raise ValueError(f"{name} must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
-    # Every row a distribution, the bonus position included, with (b, j) in the message and the
-    # tolerance of mentored.solve (relative 1e-6 in float64, 1e-3 in float32) for numpy and torch alike.
-    check_step_rows(p, "target_with_bonus_probs", k + 1)
-    check_step_rows(q, "draft_probs", k)
-    return p, bonus, q, draft
-
-
-def check_step_rows(x, name: str, per: int) -> None:
-    """Rows of a (B, per, V) array: finite, nonnegative, summing to 1; errors name (b, j)."""
-    if x.shape[-1] == 0 or per == 0:
-        return
-
-    def where(r: int) -> str:
-        return f"row (b, j) = ({r // per}, {r % per})"
-
-    if not isinstance(x, np.ndarray):
-        from .torch_backend import check_rows
-
-        check_rows(x, name, where)
-        return
-    from ._validate import _floats
-
-    check_row_values(_floats(x, name), name, where)
-
-
-def check_row_values(a: np.ndarray, name: str, where) -> None:
-    """Rows of a float array, in order: finite, nonnegative, summing to 1; ``where(r)`` names row r."""
-    from ._validate import _SUM_RTOL, row_stats
-
-    sums, lo, hi = (v.ravel() for v in row_stats(a))
-    bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
-    if bad.size:
-        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad[0]))})")
-    neg = np.flatnonzero(lo < 0)
-    if neg.size:
-        raise ValueError(f"{name} has negative entries ({where(int(neg[0]))})")
-    rtol = _SUM_RTOL[a.dtype]
-    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
-    if off.size:
-        r = int(off[0])
-        raise ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); {where(r)} sums to {float(sums[r])!r}")
-
-
-def _dtype_kind(x) -> str:
-    if isinstance(x, np.ndarray):
-        return x.dtype.kind
-    if x.dtype.is_floating_point:
-        return "f"
-    if x.dtype.is_complex or str(x.dtype) == "torch.bool":
-        return "c"
-    return "i"
-
-
-def _itemsize(x) -> int:
-    return x.dtype.itemsize if isinstance(x, np.ndarray) else x.element_size()
-
-
-def step_budgets(budget, B: int, k: int) -> np.ndarray:
-    """The budget broadcast to (B, k), float64, checked."""
-    try:
-        b = np.asarray(budget, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"budget must be a number or an array of numbers, got {type(budget).__name__}") from None
-    try:
-        b = np.broadcast_to(b, (B, k))
-    except ValueError:
-        raise ValueError(f"budget must broadcast to (B, k) = ({B}, {k}), got shape {b.shape}") from None
-    if np.any(np.isnan(b)):
-        b_, j = np.argwhere(np.isnan(b))[0]
-        raise ValueError(f"budget is NaN at (b, j) = ({b_}, {j})")
-    if np.any(b < 0):
-        b_, j = np.argwhere(b < 0)[0]
-        raise ValueError(f"budget must be nonnegative (inf allowed), got {b[b_, j]} at (b, j) = ({b_}, {j})")
-    return np.ascontiguousarray(b)
-
-
-def step_uniforms(uniforms, seed, B: int, k: int) -> np.ndarray:
-    """Uniforms (B, k, 2) in [0, 1), given or drawn from ``seed``."""
-    if uniforms is None:
-        return np.random.default_rng(seed).random((B, k, 2))
-    u = np.ascontiguousarray(np.asarray(uniforms, dtype=np.float64))
-    if u.shape != (B, k, 2):
-        raise ValueError(f"uniforms must have shape (B, k, 2) = ({B}, {k}, 2), got {u.shape}")
-    if not np.all((u >= 0) & (u < 1)):
-        raise ValueError("uniforms must lie in [0, 1)")
-    return u

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CharTokenizer", "NgramLM", "DemoModels", "DecodeStats", "demo_models", "corpus", "speculative_decode"]
+__all__ = ["CharTokenizer", "NgramLM", "DemoModels", "demo_models", "corpus", "speculative_decode"]
 
 # Standard-library modules whose docstrings join pydoc_data.topics in the corpus (import-safe, stable).
 _DOC_MODULES = (
@@ -222,51 +222,6 @@ def demo_models(seed: int = 0, *, drafter_order: int = 2, target_order: int = 6)
     )
 
 
-@dataclass(frozen=True)
-class DecodeStats:
-    r"""What speculative decoding did, pooled over sequences.
-
-    Attributes
-    ----------
-    tokens : list of ndarray
-        The generated token ids of each sequence (prompt excluded).
-    steps : int
-        Verification steps = target forward passes (one pass scores the k drafts and the bonus).
-    drafted, accepted : int
-        Drafts proposed (k per step) and accepted.
-    per_position : ndarray (k,)
-        Acceptance rate at draft position j among steps that reached j.
-    emitted : int
-        Tokens emitted before truncation to ``new_tokens`` (the last step may overshoot).
-    verified : int
-        Drafts that met the acceptance test (up to and including the first rejection).
-    """
-
-    tokens: list
-    steps: int
-    drafted: int
-    accepted: int
-    per_position: np.ndarray
-    emitted: int
-
-    verified: int
-
-    @property
-    def acceptance(self) -> float:
-        """Accepted drafts / verified drafts (drafts after a rejection are never verified)."""
-        return self.accepted / max(self.verified, 1)
-
-    @property
-    def mean_accepted(self) -> float:
-        """Mean accepted drafts per step (0..k); each step emits one more token than this."""
-        return self.accepted / max(self.steps, 1)
-
-    @property
-    def passes_per_token(self) -> float:
-        """Target forward passes per generated token (1 without speculation)."""
-        return self.steps / max(self.emitted, 1)
-
-
 def speculative_decode(drafter, target, prompts, *, new_tokens=64, k=4, divergence="kl", budget=0.0, seed=0, progress=None):
     """Generate ``new_tokens`` after each prompt with mentored speculative decoding, sequences batched.
 
@@ -275,14 +230,14 @@ def speculative_decode(drafter, target, prompts, *, new_tokens=64, k=4, divergen
     calls :func:`mentored.speculative_step`; ``budget=0`` is lossless speculative sampling.
     ``progress`` (optional) is called with the number of tokens generated in the step.
     """
+    from .decoding import DecodeStats, Tally
     from .speculative import speculative_step
 
     rng = np.random.default_rng(seed)
     ctx = [list(map(int, pr)) for pr in prompts]
     start = [len(c) for c in ctx]
     V = target.V
-    steps = drafted = accepted = emitted = 0
-    reached, kept = np.zeros(k), np.zeros(k)
+    tally = Tally(k)
 
     def sample(w):
         return min(int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right")), V - 1)
@@ -303,22 +258,14 @@ def speculative_decode(drafter, target, prompts, *, new_tokens=64, k=4, divergen
                 P[r, j] = target.probs(seq + drafts[r, :j].tolist())
             bonus[r, 0] = sample(P[r, k])
         out = speculative_step(P, bonus, Q, drafts, divergence=divergence, budget=budget, uniforms=rng.random((B, k, 2)))
-        steps += B
         made = 0
         for r, b in enumerate(active):
             row = out[r][out[r] >= 0]
-            n_acc = row.size - 1  # accepted drafts, then one residual or bonus token
-            drafted += k
-            accepted += n_acc
-            reached[: min(n_acc + 1, k)] += 1
-            kept[:n_acc] += 1
+            tally.step(row.size - 1, row.size)  # accepted drafts, then one residual or bonus token
             ctx[b].extend(row.tolist())
             made += row.size
-        emitted += made
         if progress is not None:
             progress(made)
         active = [b for b in active if len(ctx[b]) - start[b] < new_tokens]
     tokens = [np.array(c[s : s + new_tokens], dtype=np.int64) for c, s in zip(ctx, start)]
-    with np.errstate(invalid="ignore"):
-        per_position = np.where(reached > 0, kept / np.maximum(reached, 1), np.nan)
-    return DecodeStats(tokens=tokens, steps=steps, drafted=drafted, accepted=accepted, per_position=per_position, emitted=emitted, verified=int(reached.sum()))
+    return DecodeStats(**tally.fields(tokens))

@@ -35,7 +35,10 @@ except ImportError as exc:
     raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
 
 from .divergences import BUILTIN_NAMES, divergence as _divergence
-from .speculative import check_step_inputs, check_zeros, step_budgets
+from ._validate import _check_step_inputs as check_step_inputs  # the step checks shared with numpy
+from ._validate import _check_tensor_rows as check_rows
+from ._validate import _check_zeros as check_zeros
+from ._validate import _step_budgets as step_budgets
 
 __all__ = ["solve", "speculative_step"]
 
@@ -323,32 +326,6 @@ def builtin_name(divergence) -> str:
             "divergence: pass numpy arrays to mentored.solve for it"
         )
     return name
-
-
-_SUM_RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}  # as mentored._validate, per dtype
-
-
-def check_rows(x: torch.Tensor, name: str, index=None) -> None:
-    """Finite, nonnegative rows summing to 1 (relative tolerance per dtype, as numpy's); host sync.
-
-    ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
-    """
-    flat = x.reshape(-1, x.shape[-1])
-    where = index or (lambda r: f"row {r}")
-    bad = ~torch.isfinite(flat).all(-1)
-    if bool(bad.any()):
-        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad.nonzero()[0, 0]))})")
-    neg = (flat < 0).any(-1)
-    if bool(neg.any()):
-        raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
-    rtol = _SUM_RTOL.get(flat.dtype, 1e-6)
-    sums = flat.to(torch.float64).sum(-1)
-    off = (sums - 1).abs() > rtol
-    if bool(off.any()):
-        r = int(off.nonzero()[0, 0])
-        raise ValueError(
-            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}"
-        )
 
 
 def solve_rows(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:

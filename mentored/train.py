@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["main", "train_one", "bits_per_char", "flops_per_token", "gpt2_config"]
+
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CONTEXT = 256
 

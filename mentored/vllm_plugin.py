@@ -53,7 +53,7 @@ class MentoredConfig:
 
     def __init__(self, divergence="kl", budget=0.0, zeros="keep"):
         from .divergences import divergence as _divergence
-        from .speculative import check_zeros
+        from ._validate import _check_zeros as check_zeros
 
         self.divergence = _divergence(divergence).name if isinstance(divergence, str) else divergence
         _divergence(self.divergence)  # unknown names fail here, at startup
@@ -158,17 +158,6 @@ def compute_target_probs(target_logits: torch.Tensor, num_draft_tokens, sampling
 
 
 # ---------------------------------------------------------------- the module
-
-
-def _vllm_base():
-    """vLLM's RejectionSampler where vLLM is importable (so that the engine's constructor and helpers
-    work unchanged), else nn.Module."""
-    try:
-        from vllm.v1.sample.rejection_sampler import RejectionSampler
-
-        return RejectionSampler
-    except Exception:  # vLLM absent, or not importable on this machine
-        return nn.Module
 
 
 class _Mentored:

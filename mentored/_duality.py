@@ -1,0 +1,228 @@
+r"""Weak duality at a given dual point: the float dual function and the certificate it gives.
+
+The mathematics and the public face are in :mod:`mentored.certificate`; this module holds what
+:func:`mentored.solve` (``check=True``) needs without the solver itself, which
+:func:`mentored.certify` calls when no dual point is given. The exact mode is :mod:`mentored.exact`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .divergences import divergence as _divergence
+from .exact import certificate_fields, dual_upper_bound
+
+__all__ = ["Certificate", "certify_at", "dual_bound", "inputs"]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    r"""A checked claim :math:`A(\pi) \ge A^* - \mathrm{gap}` for :math:`\mathrm{MD}(f, \varepsilon)`.
+
+    Attributes
+    ----------
+    ok : bool
+        Feasible within ``feas_tol`` and ``gap <= tol``.
+    acceptance : float
+        :math:`A(\pi) = \sum_i \min(\pi_i, q_i)`.
+    dual_bound : float
+        :math:`g(\lambda, \mu) \ge A^*` (an upper bound on the optimum).
+    gap : float
+        ``dual_bound - acceptance``.
+    lam, mu : float
+        The dual point used, in the convention of :class:`~mentored.Solution` (untilted ``f``).
+    simplex_residual : float
+        :math:`\max(|\sum_i \pi_i - 1|, \max_i(-\pi_i))`.
+    budget_residual : float
+        :math:`D_f(\pi\|p) - \varepsilon` (:math:`\le 0` when feasible).
+    divergence, budget, tol, feas_tol : float
+    arithmetic : str
+        ``"float"``; with ``exact=True``, ``"rational"`` (every quantity an exact Fraction) or
+        ``"interval"`` (some enclosed by outward-rounded intervals). In the exact modes the fields
+        describe the normalised point and are rounded in the safe direction (see :func:`certify`).
+    """
+
+    ok: bool
+    acceptance: float
+    dual_bound: float
+    gap: float
+    lam: float
+    mu: float
+    simplex_residual: float
+    budget_residual: float
+    divergence: float
+    budget: float
+    tol: float
+    feas_tol: float
+    arithmetic: str
+
+
+class _Dual:
+    """g̃(λ, μ̃) for one row, with the per-token quantities that do not depend on (λ, μ̃) cached."""
+
+    def __init__(self, div, p, q, budget):
+        self.div = div
+        self.eps = float(budget)
+        pos = p > 0
+        with np.errstate(over="ignore"):
+            r = q[pos] / p[pos]
+        # A subnormal p_i can make q_i/p_i overflow; such tokens are bounded in the mass scale (__call__).
+        self.big = ~np.isfinite(r)
+        self.qB = q[pos][self.big]
+        self.pB = p[pos][self.big]
+        self.pS = p[pos][~self.big]
+        self.r = r[~self.big]
+        self.qZ = float(q[~pos].sum())
+        self.has_zero = bool((~pos).any())
+        self.c = div.tilt
+        self.finf = div.f_inf - self.c
+        with np.errstate(all="ignore"):
+            self.fr = div.f_tilde(self.r)
+            # One-sided derivatives of f̃ at r: left decides the piece t ≤ r, right the piece t ≥ r.
+            self.fp_left = div.fprime(np.nextafter(self.r, 0.0)) - self.c
+            self.fp_right = div.fprime(np.nextafter(self.r, np.inf)) - self.c
+            self.f0 = float(div.f_tilde(np.array([0.0]))[0])
+
+    def __call__(self, lam, mu_t):
+        eps, r = self.eps, self.r
+        if lam == 0.0:
+            if mu_t < 0:
+                return np.inf
+            k = max(0.0, 1.0 - mu_t)
+            return mu_t + k * (float(np.dot(self.pS, r)) + float(self.qB.sum())) + k * self.qZ
+        a, b = (1.0 - mu_t) / lam, -mu_t / lam
+        Fa = lam * float(self.div.conjugate_tilde(np.array([a]))[0])
+        Fb = lam * float(self.div.conjugate_tilde(np.array([b]))[0])
+        with np.errstate(all="ignore"):
+            at_r = (1.0 - mu_t) * r - lam * self.fr  # both pieces' value at t = r
+            A = np.where(self.fp_left <= a, at_r, Fa)
+            B = np.where(self.fp_right >= b, at_r, r + Fb)
+            # The sup lies between the value at r and the unclipped sup, whatever the rounding.
+            A = np.minimum(np.maximum(A, at_r), Fa)
+            B = np.minimum(np.maximum(B, at_r), r + Fb)
+            h = np.maximum(A, B)
+            zero = r == 0  # q_i = 0: the piece t ≤ 0 is t = 0 alone
+            h = np.where(zero, np.maximum(-lam * self.f0, Fb), h)
+        big = 0.0
+        if self.qB.size:
+            # q_i/p_i beyond DBL_MAX: p_i sup_t [min(t, r) − μ̃t − λf̃(t)] ≤ min(p_i λf̃*(a), q_i max(0, 1 − μ̃)),
+            # the first as min(t, r) ≤ t, the second (μ̃ ≥ 0) as f̃ ≥ 0 and min(t, r) − μ̃t ≤ r max(0, 1 − μ̃).
+            by_conj = self.pB * Fa if np.isfinite(Fa) else np.full(self.pB.shape, np.inf)
+            by_mass = self.qB * max(0.0, 1.0 - mu_t) if mu_t >= 0 else np.full(self.qB.shape, np.inf)
+            big = float(np.minimum(by_conj, by_mass).sum())
+        k = lam * self.finf + mu_t
+        if self.has_zero:  # sup_{x ≥ 0} [min(x, q_i) − k x] = +∞ when k < 0, even with q_i = 0
+            if k < 0:
+                return np.inf
+            outside = self.qZ * max(0.0, 1.0 - k)
+        else:
+            outside = 0.0
+        total = lam * eps + mu_t + float(np.dot(self.pS, h)) + outside + big
+        return np.inf if np.isnan(total) else total
+
+    def best(self):
+        """(λ, μ̃, g) minimising g over λ (log scale) with μ̃ ∈ [0, 1] optimal for each λ."""
+        from scipy.optimize import minimize_scalar
+
+        def capped(lam, m):  # Brent's parabolic steps need finite values; ∞ only means "too small"
+            return min(self(lam, m), 1e30)
+
+        def inner(lam):
+            res = minimize_scalar(lambda m: capped(lam, m), bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-13})
+            return res.x, self(lam, res.x)
+
+        best = (0.0, 0.0, self(0.0, 0.0))
+        if np.isfinite(self.eps):
+            with np.errstate(all="ignore"):
+                outer = minimize_scalar(lambda x: min(inner(10.0**x)[1], 1e30), bounds=(-14.0, 12.0), method="bounded", options={"xatol": 1e-7})
+                lam = 10.0**outer.x
+                mu_t, g = inner(lam)
+            if g < best[2]:
+                best = (lam, mu_t, g)
+        return best
+
+
+def dual_bound(target, draft, divergence, budget, lam, mu, *, exact=False):
+    r""":math:`g(\lambda, \mu)` of docs/theory.md §5: an upper bound on :math:`A^*`.
+
+    In floating point by default. With ``exact=True`` the result is a :class:`fractions.Fraction`
+    (or ``math.inf``) that provably bounds :math:`g(\lambda, \mu)` from above, for the exact binary
+    values of ``lam``, ``mu`` (floats or Fractions) and ``budget``, and for the distributions
+    :math:`p/\sum p`, :math:`q/\sum q` of the exact binary values of ``target`` and ``draft``
+    (see :func:`mentored.certify`).
+    """
+    div = _divergence(divergence)
+    if exact:
+        return dual_upper_bound(div, target, draft, budget, lam, mu)
+    p, q = (np.asarray(x, dtype=np.float64) for x in (target, draft))
+    lam = float(lam)
+    return _Dual(div, p, q, budget)(lam, float(mu) + lam * div.tilt if lam > 0 else float(mu))
+
+
+def inputs(target, draft, pi, budget):
+    """(p, q, π, ε) of a certificate as float64 arrays (n,) and a float, checked."""
+    p = np.asarray(target, dtype=np.float64)
+    q = np.asarray(draft, dtype=np.float64)
+    x = np.asarray(pi, dtype=np.float64)
+    if p.ndim != 1 or p.shape != q.shape or p.shape != x.shape:
+        raise ValueError(f"target, draft and pi must be 1-D of one length, got {p.shape}, {q.shape}, {x.shape}")
+    budget = float(budget)
+    if not budget >= 0:
+        raise ValueError(f"budget must be nonnegative, got {budget}")
+    return p, q, x, budget
+
+
+def certify_at(target, draft, pi, div, budget, *, lam, mu, exact=False, tol=1e-7, feas_tol=1e-9, solver_point=False) -> Certificate:
+    """:func:`mentored.certify` at a given dual point (``lam``, ``mu``), ``div`` a Divergence.
+
+    Finite ``lam``, ``mu``: exactly that point. Not finite (the solver's λ = ∞, μ NaN at budget 0),
+    or ``solver_point`` (the solver's own point, which a search may improve): the search of
+    :func:`mentored.certify`.
+    """
+    p, q, x, budget = inputs(target, draft, pi, budget)
+    if not float(lam) >= 0:
+        raise ValueError(f"lam must be nonnegative, got {lam}")
+    dual = _Dual(div, p, q, budget)
+    acceptance = float(np.minimum(x, q).sum())
+    if solver_point or not (math.isfinite(float(lam)) and math.isfinite(float(mu))):
+        # The solver's point, improved by a search where it leaves a gap; at budget 0 the solver's
+        # (λ, μ) = (∞, NaN): the dual optimum is not attained, and the search alone is used.
+        lam_v, mu_t, g = _dual_point(dual, acceptance, tol, float(lam), float(mu))
+    else:
+        lam_v = float(lam)
+        mu_t = float(mu) + lam_v * dual.c if lam_v > 0 else float(mu)
+        g = dual(lam_v, mu_t)
+    mu_v = mu_t - lam_v * dual.c if lam_v > 0 else mu_t
+    if exact:
+        fields = certificate_fields(div, p, q, x, budget, lam_v, mu_t, dual.c if lam_v > 0 else 0.0, tol, feas_tol)
+        return Certificate(**fields)
+    d = float(div(np.maximum(x, 0.0), p))  # the definition; negative entries count in the residual
+    simplex = float(max(abs(x.sum() - 1.0), max(0.0, -float(x.min()))))
+    # ε = ∞ admits every point, D_f = ∞ included (∞ ≤ ∞): the residual is then 0, not ∞ − ∞.
+    excess = d - budget if np.isfinite(budget) else (0.0 if np.isinf(d) else -np.inf)
+    gap = g - acceptance
+    # The budget is judged relative to its size (plus feas_tol·1e-3 for rounding in D itself), so
+    # that a point 10× over a small budget is never called feasible.
+    ok = bool(simplex <= feas_tol and excess <= feas_tol * (budget + 1e-3) and gap <= tol)
+    return Certificate(
+        ok=ok, acceptance=acceptance, dual_bound=float(g), gap=float(gap), lam=lam_v, mu=float(mu_v),
+        simplex_residual=simplex, budget_residual=float(excess), divergence=d, budget=budget, tol=tol,
+        feas_tol=feas_tol, arithmetic="float",
+    )
+
+
+def _dual_point(dual, acceptance, tol, lam_f, mu_f):
+    """(λ, μ̃, g): the solver's dual point, else (non-finite, or leaving a gap) a search."""
+    cands = []
+    if np.isfinite(lam_f) and np.isfinite(mu_f):
+        mu_t = mu_f + lam_f * dual.c if lam_f > 0 else mu_f
+        cands.append((lam_f, mu_t, dual(lam_f, mu_t)))
+    if not cands or not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
+        # Non-binding budgets with f∞ = ∞ and drafter mass off p's support: g → A* as λ → 0+.
+        cands += [(lam_t, 0.0, dual(lam_t, 0.0)) for lam_t in 10.0 ** -np.arange(6.0, 15.0, 2.0)]
+    if not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
+        cands.append(dual.best())
+    return min(cands, key=lambda c: c[2])
