@@ -81,10 +81,6 @@ class OracleResult:
     budget_excess: float  # max(0, D_f(π‖p) − ε)
     simplex_residual: float  # max(|Σπ − 1|, max(−π))
 
-    @property
-    def ok(self) -> bool:
-        return self.status == "optimal"
-
     def usable(self, budget: float, tol: float = 1e-8) -> bool:
         """Solved, and its point feasible to ``tol`` (budget relative to 1 + ε, mass absolute)."""
         return self.status in _USABLE and self.budget_excess <= tol * (1 + budget) and self.simplex_residual <= tol
@@ -95,7 +91,7 @@ class OracleResult:
         The optimum grows at rate λ in the budget (envelope theorem); extra mass δ is δ·|f'(1)| more
         budget (D_f = D_f̃ + f'(1)(Σπ − 1)) plus δ of acceptance.
         """
-        c = abs(float(_divergence(divergence).fprime(np.array(1.0))))
+        c = abs(_divergence(divergence).tilt)
         return lam * (self.budget_excess + c * self.simplex_residual) + self.simplex_residual
 
 
