@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mentored/generators.hpp"
+#include "mentored/kernels.hpp"
 #include "mentored/path.hpp"
 #include "mentored/solve.hpp"
 #include "mentored/speculative.hpp"
