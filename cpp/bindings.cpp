@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mentored/generators.hpp"
+#include "mentored/kernels.hpp"
 #include "mentored/path.hpp"
 #include "mentored/solve.hpp"
 #include "mentored/speculative.hpp"
@@ -146,30 +147,6 @@ carray<double> row_stats(carray<T> x, int threads) {
     for (long long b = 0; b < static_cast<long long>(rows); ++b) stats_pass(data + b * n, n, o + 3 * b);
   }
   (void)nt;
-  return out;
-}
-
-// The bucket key of every token of one row (OneShot::key, with the special keys), from the keys
-// pass of the solver (exact=false) or token by token in float64 (exact=true): the fast pass must
-// agree with the definition (tests/test_reliability.py).
-template <class T>
-py::array_t<std::uint16_t> bucket_keys(carray<T> p, carray<T> q, bool exact) {
-  if (p.ndim() != 1 || q.ndim() != 1 || p.shape(0) != q.shape(0))
-    throw std::invalid_argument("bucket_keys takes two rows of one length");
-  const auto n = static_cast<std::size_t>(p.shape(0));
-  double sp[3], sq[3];
-  stats_pass(p.data(), n, sp);
-  stats_pass(q.data(), n, sq);
-  if (!(sp[0] > 0.0 && sp[0] < kInf && sq[0] > 0.0 && sq[0] < kInf && sp[1] >= 0.0 && sq[1] >= 0.0))
-    throw std::invalid_argument("bucket_keys needs finite, nonnegative rows with positive sums");
-  py::array_t<std::uint16_t> out(static_cast<py::ssize_t>(n));
-  std::uint16_t* k = out.mutable_data();
-  const double ip = 1.0 / sp[0], iq = 1.0 / sq[0];
-  if (exact) {
-    for (std::size_t i = 0; i < n; ++i) k[i] = exact_key(p.data()[i], q.data()[i], ip, iq);
-  } else {
-    keys_pass(p.data(), q.data(), n, ip, iq, k);
-  }
   return out;
 }
 
@@ -313,8 +290,6 @@ class PyPath {
     return py::make_tuple(out, a);
   }
 
-  double s_max(int code) const { return path_.s_max(generator_f_inf(generator(code))); }
-
   // A user generator's table, built once per generator by the Python side and passed back in.
   Table table_custom(py::object vec, double f_inf) const {
     Table tab;
@@ -422,8 +397,6 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
-  m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
-  m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
@@ -493,15 +466,12 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyPath>(m, "Path")
       .def(py::init<carray<double>, carray<double>>(), py::arg("target"), py::arg("draft"))
-      .def_property_readonly("n", [](const PyPath& x) { return x.path().size(); })
       // Clamped to [0, 1]: the sums of a disjoint row can give 1 + 2⁻⁵² (then acceptance(0) < 0).
       .def_property_readonly("tv", [](const PyPath& x) { return std::min(std::max(x.path().tv(), 0.0), 1.0); })
-      .def_property_readonly("d_up", [](const PyPath& x) { return x.path().d_up(); })
       .def_property_readonly("q0", [](const PyPath& x) { return x.path().q0(); })
       .def_property_readonly("s_end", [](const PyPath& x) { return x.path().s_end(); })
       .def("at", &PyPath::at, py::arg("s"))
       .def("pi", &PyPath::pi, py::arg("s"))
-      .def("s_max", &PyPath::s_max, py::arg("code"))
       .def("divergence_at", &PyPath::divergence_at, py::arg("code"), py::arg("s"))
       .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false)
       .def("acceptance_at", &PyPath::acceptance_at, py::arg("s"))

@@ -14,7 +14,7 @@ from .divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
 
-_STATUS = {1: "a row sums to zero", 2: "a row holds a non-finite or negative value", 3: "unreachable acceptance"}
+_UNREACHABLE = 3  # the one status of the core a validated row can get (path.hpp, Status)
 
 
 @dataclass(frozen=True)
@@ -214,12 +214,13 @@ def solve(
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
-        if status[r] == 3:
+        if status[r] == _UNREACHABLE:
             raise ValueError(
                 f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
                 f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
-        raise ValueError(f"row {r}: {_STATUS.get(int(status[r]), 'core failure')}")
+        # Zero, negative and non-finite rows are refused by as_pair before the core sees them.
+        raise RuntimeError(f"row {r}: the core refused a row that passed validation (status {int(status[r])}); please report this")
     if mode == 0:
         binding = res[:, 0] < res[:, 5]
     else:

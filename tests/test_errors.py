@@ -152,3 +152,31 @@ def test_torch_backend_refuses_a_custom_divergence_that_borrows_a_builtin_name()
 def test_absurd_thread_counts_are_refused_in_words():
     with pytest.raises(ValueError, match="threads must be at most 4096, got 1099511627776"):
         mentored.solve(P, Q, budget=0.1, threads=2**40)
+
+
+def test_production_core_holds_no_test_hooks_or_dead_members():
+    # The keys pass is exposed to the tests by mentored._core_testing; _core.Path keeps what the
+    # package reads (its n, d_up and per-code s_max were read by nothing).
+    assert not hasattr(mentored._core, "bucket_keys")
+    from mentored import _core_testing
+
+    keys = _core_testing.bucket_keys(np.array([0.5, 0.5]), np.array([0.25, 0.75]), True)
+    assert keys.dtype == np.uint16 and keys.shape == (2,)
+    path = mentored._core.Path(np.array([0.5, 0.5]), np.array([0.25, 0.75]))
+    for name in ("n", "d_up", "s_max"):
+        assert not hasattr(path, name)
+
+
+def test_a_core_status_after_validation_is_a_bug_not_bad_input(monkeypatch):
+    # Only "unreachable acceptance" can come back for a validated row; anything else is reported as
+    # the core's fault, not as a fault of the caller's rows.
+    real = mentored._core.solve
+
+    def refuse(*args):
+        pi, res, status = real(*args)
+        status[:] = 2
+        return pi, res, status
+
+    monkeypatch.setattr(mentored._core, "solve", refuse)
+    with pytest.raises(RuntimeError, match="passed validation"):
+        mentored.solve([0.5, 0.5], [0.25, 0.75], divergence="kl", budget=0.1)

@@ -31,11 +31,8 @@
 #include <utility>
 #include <vector>
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "generators.hpp"
+#include "kernels.hpp"
 #include "path.hpp"
 
 namespace mentored {
@@ -49,361 +46,6 @@ auto evaluate_many(const F& f, const double* t, std::size_t n, double* out, int)
 template <class F>
 void evaluate_many(const F& f, const double* t, std::size_t n, double* out, long) {
   for (std::size_t i = 0; i < n; ++i) out[i] = f(t[i]);
-}
-
-// π_i in the output type. float64: as is. float32: not to nearest but toward p_i, so that each
-// term p_i f(π_i/p_i) moves toward f(1) = 0 and rounding cannot push D_f(π‖p) past the budget the
-// float64 π met (docs/reliability.md): the float32 neighbour of v on p_i's side when it is not past
-// p_i (by convexity its term is no larger than v's; proofs: Rounding.v, round_toward_term,
-// round_toward_sound, float32_guarantee). Otherwise v and p_i share one gap between
-// float32 neighbours lo < hi: for a normal p_i the one nearer p_i (its term is O(p_i·2⁻⁴⁶));
-// below FLT_MIN, where the gap is wide relative to p_i (p_i may even lie below the smallest
-// denormal), the one whose term p_i f(x/p_i) is smaller, since f(0) = ∞ forbids 0 for some f and
-// a large f(x/p_i) forbids the denormal for others. `smaller_at_lo(lo, hi)` decides that.
-// Chosen by the type of the output pointer.
-template <class G>
-inline double round_toward(double v, double, const G&, double*) {
-  return v;
-}
-template <class G>
-inline float round_toward(double v, double a, const G& smaller_at_lo, float*) {
-  // The float32 neighbours of v (v ≥ 0): round to nearest, then step one ulp through the bits.
-  // Arithmetic rather than branches: which way v rounds is a coin flip per token.
-  const float r = static_cast<float>(v);
-  const double rd = static_cast<double>(r);
-  std::uint32_t bits;
-  std::memcpy(&bits, &r, sizeof bits);
-  const std::uint32_t lo_bits = bits - static_cast<std::uint32_t>(rd > v);
-  const std::uint32_t hi_bits = bits + static_cast<std::uint32_t>(rd < v);
-  float lo, hi;
-  std::memcpy(&lo, &lo_bits, sizeof lo);
-  std::memcpy(&hi, &hi_bits, sizeof hi);
-  const bool down = v >= a;  // π at or above p: round down, toward p
-  const float inner = down ? lo : hi;
-  const double in = static_cast<double>(inner);
-  if ((down & (in >= a)) | (!down & (in <= a))) return inner;  // bitwise: no branch on `down`
-  if (a >= static_cast<double>(std::numeric_limits<float>::min())) {
-    return a - static_cast<double>(lo) <= static_cast<double>(hi) - a ? lo : hi;
-  }
-  return smaller_at_lo(static_cast<double>(lo), static_cast<double>(hi)) ? lo : hi;
-}
-
-// The π pass of OneShot::build_pi, with what it needs of the solution.
-struct PiRule {
-  double ip, iq;      // 1/Σp, 1/Σq
-  double t_lo, t_hi;  // thresholds (t_hi may be ∞); past DBL_MAX, t_hi holds t_hi·2⁻¹²⁸ (Point)
-  double hi_pre;      // the upper clip is (p_i·hi_pre)·t_hi: hi_pre = 1, or 2¹²⁸ when t_hi is scaled
-  double z;           // share of q given to {p = 0} on the continuation
-  double lo_floor;    // the smallest positive double when t_lo > 0, else 0
-};
-
-// π_i in float64 from a = p_i/Σp, b = q_i/Σq: p·clip(q/p, t_lo, t_hi) as min/max (t_hi = ∞
-// works as is; a scaled t_hi past DBL_MAX clips through hi_pre without overflow). Outside tokens
-// (p_i = 0) get q·z on the continuation. A lower clip t_lo·p_i that
-// underflows to 0 (a denormal p_i, a small t_lo > 0) is rounded toward p_i instead, to the
-// smallest positive double: min(a, lo_floor) is that for a > 0 and 0 for a = 0. So π_i > 0
-// wherever p_i > 0 and t_lo > 0, which f(0) = ∞ requires (the divergence reported, from t_lo,
-// is then the divergence of this π); the mass this adds is below 1e-300. Both computed, one
-// selected: the loop vectorises.
-inline double pi_value(double a, double b, bool outside, const PiRule& x) {
-  const double lower = std::max(x.t_lo * a, std::min(a, x.lo_floor));
-  const double clipped = std::min(std::max(b, lower), x.t_hi * (a * x.hi_pre));
-  const double continued = b * x.z;
-  return outside ? continued : clipped;
-}
-
-// round_toward for v ≥ FLT_MIN and p_i ≥ FLT_MIN (build_pi redoes the other tokens), in double
-// lanes so that the loop vectorises: clearing the low 29 of a double's 52 mantissa bits gives the
-// float32 at or below it (float32 keeps 23), and adding 2^29 to those bits steps one float32 ulp
-// up. Only double compares and selects: a select between booleans stops the vectoriser.
-inline float round_toward_normal(double v, double a) {
-  std::uint64_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  const std::uint64_t lo_bits = bits & ~((std::uint64_t{1} << 29) - 1);
-  const std::uint64_t up_bits = lo_bits + (std::uint64_t{1} << 29);
-  double lo, up;
-  std::memcpy(&lo, &lo_bits, sizeof lo);
-  std::memcpy(&up, &up_bits, sizeof up);
-  const double hi = lo == v ? lo : up;
-  const bool down = v >= a;
-  const double inner = down ? lo : hi;
-  const double gap = down ? lo - a : a - hi;  // ≥ 0 iff the neighbour on p_i's side is not past p_i
-  const double nearer = a - lo <= hi - a ? lo : hi;
-  return static_cast<float>(gap >= 0.0 ? inner : nearer);  // exact: a float32 value
-}
-
-inline double round_normal(double v, double, double*) { return v; }
-inline float round_normal(double v, double a, float*) { return round_toward_normal(v, a); }
-
-// One pass: π into `out`. Rows without outside tokens (the usual case) skip their keys.
-#if defined(__GNUC__)
-#define MENTORED_INLINE inline __attribute__((always_inline))
-#else
-#define MENTORED_INLINE inline
-#endif
-template <class T, class U>
-MENTORED_INLINE void pi_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n, const PiRule& x, U* out) {
-  const PiRule r = x;  // a local copy: stores to out cannot alias it
-  if (keys == nullptr) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const double a = static_cast<double>(p[i]) * r.ip, b = static_cast<double>(q[i]) * r.iq;
-      out[i] = static_cast<U>(round_normal(pi_value(a, b, false, r), a, out));
-    }
-    return;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    const double a = static_cast<double>(p[i]) * r.ip, b = static_cast<double>(q[i]) * r.iq;
-    out[i] = static_cast<U>(round_normal(pi_value(a, b, keys[i] == 0xFFFE, r), a, out));
-  }
-}
-
-MENTORED_CLONES inline void pi_pass(const float* p, const float* q, const std::uint16_t* keys, std::size_t n,
-                                    const PiRule& x, float* out) {
-  pi_loop(p, q, keys, n, x, out);
-}
-MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std::uint16_t* keys, std::size_t n,
-                                    const PiRule& x, double* out) {
-  pi_loop(p, q, keys, n, x, out);
-}
-// float64 rows, π in float32 (a float32 target with a float64 draft), rounded toward p as above.
-MENTORED_CLONES inline void pi_pass(const double* p, const double* q, const std::uint16_t* keys, std::size_t n,
-                                    const PiRule& x, float* out) {
-  pi_loop(p, q, keys, n, x, out);
-}
-
-// The streaming passes over a row (sums, keys) in GCC/Clang vector types, four float64 lanes:
-// lane j keeps the running sums of the tokens i ≡ j mod 4, so the order of every sum is fixed by
-// the token index (the same bits on any machine and in any clone), and the loops run at the
-// speed of the memory. Vectors are passed by reference (by value would change the call ABI with
-// the instruction set).
-#if defined(__GNUC__)
-#define MENTORED_VECTORS 1
-typedef double v4d __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef long long v4i __attribute__((vector_size(32)));
-typedef unsigned long long v4u __attribute__((vector_size(32)));
-typedef unsigned short v4u16 __attribute__((vector_size(8)));
-typedef int v4i32 __attribute__((vector_size(16)));
-typedef unsigned v8u32 __attribute__((vector_size(32)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef int v8i __attribute__((vector_size(32)));
-typedef unsigned short v8u16 __attribute__((vector_size(16)));
-inline void load4(const double* x, v4d& v) { std::memcpy(&v, x, sizeof v); }
-inline void load4(const float* x, v4d& v) {
-  v4f w;
-  std::memcpy(&w, x, sizeof w);
-  v = __builtin_convertvector(w, v4d);
-}
-inline double lanes_sum(const v4d& v) { return (v[0] + v[1]) + (v[2] + v[3]); }
-inline double lanes_min(const v4d& v) { return std::min(std::min(v[0], v[1]), std::min(v[2], v[3])); }
-#endif
-
-// One row's Σx in float64, smallest and largest entry: {Σ, min, max}. A NaN shows in the sum
-// (comparisons skip it). Lane j sums the entries i ≡ j mod 4, as the keys pass does: pass 1 of
-// OneShot::build and the input checks of the Python side (_core.row_stats) read these. The sum is
-// compensated (Knuth's TwoSum per lane: the rounding error of each addition, exactly, collected in
-// a carry), so that Σp is right to an ulp on rows of millions of tokens, where a plain sum drifts
-// by 1e-13; where the plain sum is not finite (NaN, ∞, or finite entries overflowing) it is kept.
-template <class T>
-MENTORED_INLINE void stats_loop(const T* x, std::size_t n, double* out) {
-  double sum = 0.0, carry = 0.0, lo = kInf, hi = -kInf;
-  std::size_t i = 0;
-#ifdef MENTORED_VECTORS
-  const v4d inf = {kInf, kInf, kInf, kInf};
-  v4d vs = {0.0, 0.0, 0.0, 0.0}, vc = vs, vlo = inf, vhi = -inf;
-  for (; i + 4 <= n; i += 4) {
-    v4d a;
-    load4(x + i, a);
-    const v4d t = vs + a, b = t - vs;
-    vc += (vs - (t - b)) + (a - b);
-    vs = t;
-    vlo = a < vlo ? a : vlo;
-    vhi = a > vhi ? a : vhi;
-  }
-  sum = lanes_sum(vs);
-  carry = lanes_sum(vc);
-  lo = lanes_min(vlo);
-  hi = -lanes_min(-vhi);
-#endif
-  for (; i < n; ++i) {
-    const double a = static_cast<double>(x[i]);
-    const double t = sum + a, b = t - sum;
-    carry += (sum - (t - b)) + (a - b);
-    sum = t;
-    lo = a < lo ? a : lo;
-    hi = a > hi ? a : hi;
-  }
-  out[0] = std::isfinite(sum) ? sum + carry : sum, out[1] = lo, out[2] = hi;
-}
-
-// Σ min(π_i, q_i·iq) of a returned π (widened exactly) in Neumaier's compensated sum, four lanes
-// (lane j takes i ≡ j mod 4, so the order is fixed by the index), then the lanes' sums and
-// carries combined the same way: the acceptance of the π returned, to a few ulps of itself
-// however small it is. 1 − TV + s, its value on the curve, cancels when the acceptance is small.
-MENTORED_INLINE void neumaier_add(double& sum, double& carry, double x) {
-  const double t = sum + x;
-  carry += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
-  sum = t;
-}
-#ifdef MENTORED_VECTORS
-// neumaier_add in four lanes, for terms m ≥ 0 (then the running sums are ≥ 0 and |sum| ≥ |m| is sum ≥ m).
-MENTORED_INLINE void neumaier_add4(v4d& vs, v4d& vc, const v4d& m) {
-  const v4d t = vs + m;
-  vc += vs >= m ? (vs - t) + m : (m - t) + vs;
-  vs = t;
-}
-#endif
-template <class T>
-MENTORED_INLINE double accept_loop(const T* pi, const T* q, std::size_t n, double iq) {
-  double sum = 0.0, carry = 0.0;
-  std::size_t i = 0;
-#ifdef MENTORED_VECTORS
-  const v4d viq = {iq, iq, iq, iq};
-  v4d vs = {0.0, 0.0, 0.0, 0.0}, vc = vs;
-  for (; i + 4 <= n; i += 4) {
-    v4d a, b;
-    load4(pi + i, a);
-    load4(q + i, b);
-    b *= viq;
-    const v4d m = a < b ? a : b;  // both ≥ 0
-    neumaier_add4(vs, vc, m);
-  }
-  for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
-  for (int j = 0; j < 4; ++j) carry += vc[j];
-#endif
-  for (; i < n; ++i) {
-    const double a = static_cast<double>(pi[i]), b = static_cast<double>(q[i]) * iq;
-    neumaier_add(sum, carry, a < b ? a : b);
-  }
-  return sum + carry;
-}
-MENTORED_CLONES inline double accept_pass(const double* pi, const double* q, std::size_t n, double iq) {
-  return accept_loop(pi, q, n, iq);
-}
-// The same sum over the float64 π of the rule (pi_value), recomputed from the row: for a float32
-// output, whose acceptance and divergence are reported for the float64 π it rounds (toward p, each
-// π_i by at most one float32 ulp).
-template <class T>
-MENTORED_INLINE double accept_rule_loop(const T* p, const T* q, const std::uint16_t* keys, std::size_t n,
-                                        const PiRule& x) {
-  double sum = 0.0, carry = 0.0;
-  std::size_t i = 0;
-#ifdef MENTORED_VECTORS
-  const v4d zero = {0.0, 0.0, 0.0, 0.0};
-  const v4d ip = zero + x.ip, iq = zero + x.iq, t_lo = zero + x.t_lo, t_hi = zero + x.t_hi;
-  const v4d hi_pre = zero + x.hi_pre, z = zero + x.z, lo_floor = zero + x.lo_floor;
-  v4d vs = zero, vc = zero;
-  for (; i + 4 <= n; i += 4) {
-    v4d a, b;
-    load4(p + i, a);
-    load4(q + i, b);
-    a *= ip;
-    b *= iq;
-    // pi_value, lane by lane: max(t_lo·a, min(a, lo_floor)), then the clip, or b·z outside.
-    const v4d floor = a < lo_floor ? a : lo_floor, lo_clip = t_lo * a;
-    const v4d lower = lo_clip < floor ? floor : lo_clip;
-    const v4d up = t_hi * (a * hi_pre), raised = b < lower ? lower : b;
-    v4d v = up < raised ? up : raised;
-    if (keys != nullptr) {
-      v4u16 k16;
-      std::memcpy(&k16, keys + i, sizeof k16);
-      const v4i outside = __builtin_convertvector(k16, v4i) == 0xFFFE;
-      v = outside ? b * z : v;
-    }
-    const v4d m = v < b ? v : b;
-    neumaier_add4(vs, vc, m);
-  }
-  for (int j = 0; j < 4; ++j) neumaier_add(sum, carry, vs[j]);
-  for (int j = 0; j < 4; ++j) carry += vc[j];
-#endif
-  for (; i < n; ++i) {
-    const double a = static_cast<double>(p[i]) * x.ip, b = static_cast<double>(q[i]) * x.iq;
-    const double v = pi_value(a, b, keys != nullptr && keys[i] == 0xFFFE, x);
-    neumaier_add(sum, carry, v < b ? v : b);
-  }
-  return sum + carry;
-}
-MENTORED_CLONES inline double accept_rule_pass(const float* p, const float* q, const std::uint16_t* keys,
-                                               std::size_t n, const PiRule& x) {
-  return accept_rule_loop(p, q, keys, n, x);
-}
-MENTORED_CLONES inline double accept_rule_pass(const double* p, const double* q, const std::uint16_t* keys,
-                                               std::size_t n, const PiRule& x) {
-  return accept_rule_loop(p, q, keys, n, x);
-}
-
-MENTORED_CLONES inline void stats_pass(const float* x, std::size_t n, double* out) { stats_loop(x, n, out); }
-MENTORED_CLONES inline void stats_pass(const double* x, std::size_t n, double* out) { stats_loop(x, n, out); }
-
-// The indices i < n, ascending, whose key k has lo ≤ k ≤ hi and lies outside [mid_lo, mid_hi], into
-// out, and those with k inside [mid_lo, mid_hi], into mid (each holds n + 8: up to 7 slots past
-// the last index may be written); returns the two counts. No branch on the keys: which tokens a
-// range takes is a coin flip per token. With AVX2, eight keys at a time: compares, a movemask,
-// and a permutation from a table that packs the chosen lanes to the front.
-inline std::pair<std::size_t, std::size_t> choose_scalar(const std::uint16_t* keys, std::size_t first, std::size_t n,
-                                                            int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
-                                                            std::uint32_t* mid) {
-  std::size_t m = 0, c = 0;
-  for (std::size_t i = first; i < n; ++i) {
-    const int k = keys[i];
-    const bool inside = (k >= mid_lo) & (k <= mid_hi);
-    out[m] = mid[c] = static_cast<std::uint32_t>(i);
-    m += static_cast<std::size_t>((k >= lo) & (k <= hi) & !inside);
-    c += static_cast<std::size_t>(inside);
-  }
-  return {m, c};
-}
-
-#if defined(__GNUC__) && defined(__x86_64__)
-struct PackTable {
-  alignas(32) std::uint32_t lanes[256][8];
-  PackTable() {
-    for (int mask = 0; mask < 256; ++mask) {
-      int j = 0;
-      for (int b = 0; b < 8; ++b) {
-        if (mask & (1 << b)) lanes[mask][j++] = static_cast<std::uint32_t>(b);
-      }
-      while (j < 8) lanes[mask][j++] = 0;
-    }
-  }
-};
-
-__attribute__((target("avx2,popcnt"))) inline std::pair<std::size_t, std::size_t> choose_avx2(
-    const std::uint16_t* keys, std::size_t n, int lo, int hi, int mid_lo, int mid_hi, std::uint32_t* out,
-    std::uint32_t* mid) {
-  static const PackTable table;
-  const __m256i below = _mm256_set1_epi32(lo - 1), above = _mm256_set1_epi32(hi + 1);
-  const __m256i mid_below = _mm256_set1_epi32(mid_lo - 1), mid_above = _mm256_set1_epi32(mid_hi + 1);
-  const __m256i eight = _mm256_set1_epi32(8);
-  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  std::size_t m = 0, c = 0, i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i k = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(keys + i)));
-    const __m256i in_range = _mm256_and_si256(_mm256_cmpgt_epi32(k, below), _mm256_cmpgt_epi32(above, k));
-    const __m256i inside = _mm256_and_si256(_mm256_cmpgt_epi32(k, mid_below), _mm256_cmpgt_epi32(mid_above, k));
-    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_andnot_si256(inside, in_range)));
-    const int mask_mid = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
-    const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask]));
-    const __m256i perm_mid = _mm256_load_si256(reinterpret_cast<const __m256i*>(table.lanes[mask_mid]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + m), _mm256_permutevar8x32_epi32(index, perm));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid + c), _mm256_permutevar8x32_epi32(index, perm_mid));
-    m += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask)));
-    c += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(mask_mid)));
-    index = _mm256_add_epi32(index, eight);
-  }
-  const auto tail = choose_scalar(keys, i, n, lo, hi, mid_lo, mid_hi, out + m, mid + c);
-  return {m + tail.first, c + tail.second};
-}
-#endif
-
-inline std::pair<std::size_t, std::size_t> choose(const std::uint16_t* keys, std::size_t n, int lo, int hi,
-                                                  int mid_lo, int mid_hi, std::uint32_t* out, std::uint32_t* mid) {
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
-  // Short rows take the scalar loop (a table is no use there), so that the tests reach both.
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && n >= 64) return choose_avx2(keys, n, lo, hi, mid_lo, mid_hi, out, mid);
-#endif
-  return choose_scalar(keys, 0, n, lo, hi, mid_lo, mid_hi, out, mid);
 }
 
 class OneShot {
@@ -469,6 +111,59 @@ class OneShot {
   struct Token {
     double r, p, q;
   };
+  // Inside a sorted bucket, running sums aligned with TokenState::tokens: prefix sums (over [0, i])
+  // of P, Q and suffix sums (over [i, m)) of F on the lower side; the reverse on the upper side.
+  struct Cumulative {
+    double P, Q, F;
+  };
+
+  // The state of a row, by purpose. Per token (sized by the row; trim releases them):
+  struct TokenState {
+    std::vector<std::uint16_t> keys;  // every token's bucket key (the keys pass)
+    // Tokens in bucket order, bucket k at [start[k], start[k + 1]) (a counting sort), for the
+    // buckets [filled_lo_, filled_hi_] only: the search needs those around r = 1 and the thresholds.
+    std::vector<Token> tokens;
+    std::vector<Cumulative> cum;  // aligned with tokens, inside the sorted buckets
+  };
+  // Per bucket (fixed size): the sums of the bucket pass and the counting sort. count, P, Q are per
+  // 16-bit key (kOutside and kNone have slots too), zero outside [kmin_, kmax_] and those two.
+  struct BucketSums {
+    std::vector<std::size_t> count;
+    std::vector<double> P, Q;
+    std::vector<std::size_t> start;              // first token of each bucket in TokenState::tokens
+    std::vector<std::size_t> pos;                // next free slot of each bucket (the counting sort)
+    std::vector<double> below_P, below_Q;        // lower side: sums over buckets before k
+    std::vector<double> above_P, above_Q;        // upper side: sums over buckets after k
+  };
+  // Per bucket, computed on demand for the generator of the row (reset through touch/dirty_*):
+  struct BucketLazy {
+    std::vector<double> F;                // per-bucket Σ p f(r), NaN until computed
+    std::vector<char> sorted, fcum_ready;
+    // Lazily grown runs of computed buckets around r = 1 and their running sums: mid_lo[k] =
+    // Σ_{k < j < kLower} F_j for k ≥ lo_reach_; mid_hi[k] = Σ_{kLower ≤ j < k} F_j for k ≤ hi_reach_.
+    std::vector<double> mid_lo, mid_hi;
+  };
+  // Per bucket: bounds on D_f(π(s)‖p) from bucket sums and f at bucket edges (bound_buckets).
+  struct BucketBounds {
+    std::vector<double> fedge;          // f at bucket edges
+    std::vector<double> fmean;          // f at Q_k/P_k
+    std::vector<double> low_lo, up_lo;  // lower side: Σ over buckets ≥ k of the bounds
+    std::vector<double> low_hi, up_hi;  // upper side: Σ over buckets < k of the bounds
+  };
+  // Scratch, sized by a bucket or by the row (trim releases them).
+  struct Scratch {
+    std::vector<double> ratios, fvals;         // f_at
+    std::vector<std::uint64_t> order;          // sort_bucket
+    std::vector<Token> spare;                  // sort_bucket
+    std::vector<std::uint32_t> chosen, middle;  // fill: choose() into them
+    std::vector<double> weights;               // fill_split
+  };
+  TokenState tok_;
+  BucketSums bucket_;
+  BucketLazy lazy_;
+  BucketBounds bounds_;
+  Scratch scratch_;
+
   struct Side {
     double t;        // the threshold (scaled, u = t·2⁻¹²⁸, when bucket = kTop)
     double clipped;  // p-mass of the clipped tokens
@@ -492,20 +187,20 @@ class OneShot {
   template <class F>
   void bucket_fcum(const F& f, int k);  // cumulative Σ p f(r) inside sorted bucket k
   template <class F>
-  void f_at(const F& f, int k) {  // p f(r) at the tokens of (filled) bucket k, into fvals_
+  void f_at(const F& f, int k) {  // p f(r) at the tokens of (filled) bucket k, into scratch_.fvals
     const std::size_t m = begin(k + 1) - begin(k), first = begin(k);
     const double scale = k == kTop ? kHugeUp : 1.0;  // top bucket: ratios held scaled
-    ratios_.resize(m);
-    fvals_.resize(m);
-    for (std::size_t j = 0; j < m; ++j) ratios_[j] = tokens_[first + j].r * scale;
-    evaluate_many(f, ratios_.data(), m, fvals_.data(), 0);
+    scratch_.ratios.resize(m);
+    scratch_.fvals.resize(m);
+    for (std::size_t j = 0; j < m; ++j) scratch_.ratios[j] = tok_.tokens[first + j].r * scale;
+    evaluate_many(f, scratch_.ratios.data(), m, scratch_.fvals.data(), 0);
     for (std::size_t j = 0; j < m; ++j) {
-      const Token& x = tokens_[first + j];
+      const Token& x = tok_.tokens[first + j];
       // Top bucket: where r or f(r) overflows, the perspective p f(r) from the scaled ratio.
-      fvals_[j] = k != kTop || fvals_[j] < kInf ? x.p * fvals_[j] : term_huge_of(f, x.p, x.r, 0);
+      double& v = scratch_.fvals[j];
+      v = k != kTop || v < kInf ? x.p * v : term_huge_of(f, x.p, x.r, 0);
     }
   }
-  std::vector<double> ratios_, fvals_;  // scratch for f_at
   template <class F>
   double middle_lower(const F& f, int b);  // Σ p f(r) over lower buckets (b, kLower)
   template <class F>
@@ -519,27 +214,16 @@ class OneShot {
   void bound_buckets(const F& f);
   template <class F>
   void divergence_bounds(const F& f, double s, double& low, double& up) const;
-  std::vector<double> fedge_;          // f at bucket edges
-  std::vector<double> fmean_;          // f at Q_k/P_k
-  std::vector<double> low_lo_, up_lo_;  // lower side: Σ over buckets ≥ k of the bounds
-  std::vector<double> low_hi_, up_hi_;  // upper side: Σ over buckets < k of the bounds
 
   double sp_ = 0.0, sq_ = 0.0, ip_ = 1.0, iq_ = 1.0;
   double min_a_ = kInf, min_b_ = kInf;  // smallest positive p_i/Σp and q_i/Σq (build_pi)
   double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
-  std::vector<std::uint16_t> keys_;
-  // Tokens in bucket order, bucket k at [start_[k], start_[k + 1]) (a counting sort), for the
-  // buckets [filled_lo_, filled_hi_] only: the search needs those around r = 1 and the thresholds.
-  std::vector<Token> tokens_;
-  std::vector<std::uint64_t> order_;  // scratch for sort_bucket
-  std::vector<Token> spare_;          // scratch for sort_bucket
   int filled_lo_ = 0, filled_hi_ = -1;
-  std::vector<std::uint32_t> chosen_, middle_;  // scratch for fill: choose() into them
   std::pair<std::size_t, std::size_t> pick(int lo, int hi, int mid_lo, int mid_hi) {
-    const std::size_t n = keys_.size();
-    chosen_.resize(n + 8);
-    middle_.resize(n + 8);
-    return choose(keys_.data(), n, lo, hi, mid_lo, mid_hi, chosen_.data(), middle_.data());
+    const std::size_t n = tok_.keys.size();
+    scratch_.chosen.resize(n + 8);
+    scratch_.middle.resize(n + 8);
+    return choose(tok_.keys.data(), n, lo, hi, mid_lo, mid_hi, scratch_.chosen.data(), scratch_.middle.data());
   }
   void fill(int lo, int hi);  // fill buckets [lo, hi] (and keep those already filled)
   const float *pf_ = nullptr, *qf_ = nullptr;  // the input row, whichever its type
@@ -548,7 +232,7 @@ class OneShot {
     if (k >= hole_lo_ && k <= hole_hi_) fill_hole();
     else if (k < filled_lo_ || k > filled_hi_) fill(0, kBuckets - 1);  // unforeseen: fill them all
   }
-  // Buckets [hole_lo_, hole_hi_] inside the filled range have F_ but no tokens (fill_split).
+  // Buckets [hole_lo_, hole_hi_] inside the filled range have lazy_.F but no tokens (fill_split).
   int hole_lo_ = 1, hole_hi_ = 0;
   template <class F>
   void fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi);
@@ -556,57 +240,38 @@ class OneShot {
   template <class T>
   static void gather_ratios(const T* p, const T* q, const std::uint32_t* index, std::size_t len, double ip, double iq,
                             double* a, double* r);
-  void scatter(std::size_t m);  // chosen_[0, m) into their buckets
-  std::vector<double> weights_;  // scratch for fill_split
+  void scatter(std::size_t m);  // scratch_.chosen[0, m) into their buckets
   void fill_for(double s);  // fill what D_f(π(s)‖p) and the thresholds at s need
   // Per-bucket arrays are computed over the occupied buckets [kmin_, kmax_] only (and the run
   // of empty buckets between them and r = 1 where that matters); outside it they are constant,
   // and these accessors clamp to it. No per-row work is O(number of buckets).
   int kmin_ = 0, kmax_ = -1;
-  std::size_t begin(int k) const { return start_[clamp(k, kmin_, kmax_ + 1)]; }  // first token of bucket k
+  std::size_t begin(int k) const { return bucket_.start[clamp(k, kmin_, kmax_ + 1)]; }  // first token of bucket k
   int below_lo() const { return std::min(kmin_, kLower); }
   int below_hi() const { return std::min(kmax_ + 1, kLower); }
   int above_lo() const { return std::max(kmin_, kLower); }
   int above_hi() const { return std::max(kmax_ + 1, kLower); }
   static int clamp(int k, int lo, int hi) { return std::min(std::max(k, lo), hi); }
-  double below_P(int k) const { return below_P_[clamp(k, below_lo(), below_hi())]; }
-  double below_Q(int k) const { return below_Q_[clamp(k, below_lo(), below_hi())]; }
-  double above_P(int k) const { return above_P_[clamp(k, above_lo(), above_hi())]; }
-  double above_Q(int k) const { return above_Q_[clamp(k, above_lo(), above_hi())]; }
-  double low_lo(int k) const { return low_lo_[clamp(k, below_lo(), below_hi())]; }
-  double up_lo(int k) const { return up_lo_[clamp(k, below_lo(), below_hi())]; }
-  double low_hi(int k) const { return low_hi_[clamp(k, above_lo(), above_hi())]; }
-  double up_hi(int k) const { return up_hi_[clamp(k, above_lo(), above_hi())]; }
+  double below_P(int k) const { return bucket_.below_P[clamp(k, below_lo(), below_hi())]; }
+  double below_Q(int k) const { return bucket_.below_Q[clamp(k, below_lo(), below_hi())]; }
+  double above_P(int k) const { return bucket_.above_P[clamp(k, above_lo(), above_hi())]; }
+  double above_Q(int k) const { return bucket_.above_Q[clamp(k, above_lo(), above_hi())]; }
+  double low_lo(int k) const { return bounds_.low_lo[clamp(k, below_lo(), below_hi())]; }
+  double up_lo(int k) const { return bounds_.up_lo[clamp(k, below_lo(), below_hi())]; }
+  double low_hi(int k) const { return bounds_.low_hi[clamp(k, above_lo(), above_hi())]; }
+  double up_hi(int k) const { return bounds_.up_hi[clamp(k, above_lo(), above_hi())]; }
   int edges_lo_ = 1, edges_hi_ = 0;  // f is known at the edges [edges_lo_, edges_hi_]
-  double fedge(int k) const { return k >= edges_lo_ && k <= edges_hi_ ? fedge_[k] : kInf; }
-  // Buckets whose F_, sorted_, fcum_ready_ entries the last row set: reset by the next build.
+  double fedge(int k) const { return k >= edges_lo_ && k <= edges_hi_ ? bounds_.fedge[k] : kInf; }
+  // Buckets whose lazy_.F, lazy_.sorted, lazy_.fcum_ready entries the last row set: reset by the next build.
   int dirty_lo_ = 0, dirty_hi_ = -1;
   void touch(int k) {
     dirty_lo_ = std::min(dirty_lo_, k);
     dirty_hi_ = std::max(dirty_hi_, k);
   }
-  // Per 16-bit key (kOutside and kNone have slots too), zero outside [kmin_, kmax_] and those two.
-  std::vector<std::size_t> count_;
-  std::vector<double> P_, Q_;
-  std::vector<std::size_t> start_;
-  std::vector<double> below_P_, below_Q_;  // lower side: sums over buckets before k
-  std::vector<double> above_P_, above_Q_;  // upper side: sums over buckets after k
-  std::vector<double> F_;                  // per-bucket Σ p f(r), NaN until computed
-  std::vector<char> sorted_, fcum_ready_;
-  // Inside a sorted bucket, running sums aligned with tokens_: prefix sums (over [0, i]) of P, Q
-  // and suffix sums (over [i, m)) of F on the lower side; the reverse on the upper side.
-  struct Cumulative {
-    double P, Q, F;
-  };
-  std::vector<Cumulative> cum_;
   double cum_before(int k, std::size_t j, double Cumulative::*field) const {  // over tokens [0, j)
-    return j == 0 ? 0.0 : cum_[begin(k) + j - 1].*field;
+    return j == 0 ? 0.0 : tok_.cum[begin(k) + j - 1].*field;
   }
-  // Lazily grown runs of computed buckets around r = 1 and their running sums:
-  // mid_lo_[k] = Σ_{k < j < kLower} F_j for k ≥ lo_reach_; mid_hi_[k] = Σ_{kLower ≤ j < k} F_j for k ≤ hi_reach_.
-  std::vector<double> mid_lo_, mid_hi_;
   int lo_reach_ = kLower - 1, hi_reach_ = kLower;
-  std::vector<std::size_t> pos_;  // next free slot of each bucket (the counting sort)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -801,51 +466,51 @@ template <class T>
 Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double sq) {
   // Pass 2: the bucket of each token (vectorised), bucket counts and sums.
   constexpr int kSlots = 1 << 16;  // one per 16-bit key
-  if (P_.size() != static_cast<std::size_t>(kSlots)) {  // first row: allocate, all buckets empty
-    P_.assign(kSlots, 0.0);
-    Q_.assign(kSlots, 0.0);
-    count_.assign(kSlots, 0);
-    start_.assign(kBuckets + 1, 0);
-    pos_.assign(kBuckets, 0);
-    below_P_.assign(kLower + 1, 0.0);
-    below_Q_.assign(kLower + 1, 0.0);
-    above_P_.assign(kBuckets + 1, 0.0);
-    above_Q_.assign(kBuckets + 1, 0.0);
-    F_.assign(kBuckets, std::numeric_limits<double>::quiet_NaN());
-    sorted_.assign(kBuckets, 0);
-    fcum_ready_.assign(kBuckets, 0);
-    mid_lo_.assign(kLower + 1, 0.0);
-    mid_hi_.assign(kBuckets + 1, 0.0);
-    fedge_.assign(kBuckets + 1, kInf);
-    fmean_.assign(kBuckets, 0.0);
-    low_lo_.assign(kLower + 1, 0.0);
-    up_lo_.assign(kLower + 1, 0.0);
-    low_hi_.assign(kBuckets + 1, 0.0);
-    up_hi_.assign(kBuckets + 1, 0.0);
+  if (bucket_.P.size() != static_cast<std::size_t>(kSlots)) {  // first row: allocate, all buckets empty
+    bucket_.P.assign(kSlots, 0.0);
+    bucket_.Q.assign(kSlots, 0.0);
+    bucket_.count.assign(kSlots, 0);
+    bucket_.start.assign(kBuckets + 1, 0);
+    bucket_.pos.assign(kBuckets, 0);
+    bucket_.below_P.assign(kLower + 1, 0.0);
+    bucket_.below_Q.assign(kLower + 1, 0.0);
+    bucket_.above_P.assign(kBuckets + 1, 0.0);
+    bucket_.above_Q.assign(kBuckets + 1, 0.0);
+    lazy_.F.assign(kBuckets, std::numeric_limits<double>::quiet_NaN());
+    lazy_.sorted.assign(kBuckets, 0);
+    lazy_.fcum_ready.assign(kBuckets, 0);
+    lazy_.mid_lo.assign(kLower + 1, 0.0);
+    lazy_.mid_hi.assign(kBuckets + 1, 0.0);
+    bounds_.fedge.assign(kBuckets + 1, kInf);
+    bounds_.fmean.assign(kBuckets, 0.0);
+    bounds_.low_lo.assign(kLower + 1, 0.0);
+    bounds_.up_lo.assign(kLower + 1, 0.0);
+    bounds_.low_hi.assign(kBuckets + 1, 0.0);
+    bounds_.up_hi.assign(kBuckets + 1, 0.0);
   } else {  // the previous row's buckets back to empty
-    for (int k = kmin_; k <= kmax_; ++k) P_[k] = Q_[k] = 0.0, count_[k] = 0;
-    for (int k : {kOutside, kNone}) P_[k] = Q_[k] = 0.0, count_[k] = 0;
+    for (int k = kmin_; k <= kmax_; ++k) bucket_.P[k] = bucket_.Q[k] = 0.0, bucket_.count[k] = 0;
+    for (int k : {kOutside, kNone}) bucket_.P[k] = bucket_.Q[k] = 0.0, bucket_.count[k] = 0;
     for (int k = dirty_lo_; k <= dirty_hi_; ++k) {
-      F_[k] = std::numeric_limits<double>::quiet_NaN();
-      sorted_[k] = fcum_ready_[k] = 0;
+      lazy_.F[k] = std::numeric_limits<double>::quiet_NaN();
+      lazy_.sorted[k] = lazy_.fcum_ready[k] = 0;
     }
   }
   dirty_lo_ = kBuckets;
   dirty_hi_ = -1;
-  keys_.resize(n);
+  tok_.keys.resize(n);
   set_input(p, q);
   // Given sums that are usable, the keys pass does the checks of pass 1 as it goes; otherwise, or
   // if the row does not sum to what was given, pass 1 first.
   KeysInfo info{};
   const bool given = sp > 0.0 && sp < kInf && sq > 0.0 && sq < kInf && 1.0 / sp < kInf && 1.0 / sq < kInf;
   if (given) {
-    info = keys_pass(p, q, n, 1.0 / sp, 1.0 / sq, keys_.data());
+    info = keys_pass(p, q, n, 1.0 / sp, 1.0 / sq, tok_.keys.data());
     if (info.bad) return Status::bad_value;
   }
   if (!given || info.sp != sp || info.sq != sq) {
     const Status st = sums_check(p, q, n);
     if (st != Status::ok) return st;
-    info = keys_pass(p, q, n, ip_, iq_, keys_.data());
+    info = keys_pass(p, q, n, ip_, iq_, tok_.keys.data());
   } else {
     sp_ = sp;
     sq_ = sq;
@@ -861,10 +526,10 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
   // DBL_MAX is a target token in the top bucket, whose ratios are held scaled (Token).
   const double ip = ip_, iq = iq_;
   // Raw pointers: through the vectors the compiler reloads every base address per token.
-  const std::uint16_t* keys = keys_.data();
-  std::size_t* count = count_.data();
-  double* P = P_.data();
-  double* Q = Q_.data();
+  const std::uint16_t* keys = tok_.keys.data();
+  std::size_t* count = bucket_.count.data();
+  double* P = bucket_.P.data();
+  double* Q = bucket_.Q.data();
   for (std::size_t i = 0; i < n; ++i) {
     const double a = static_cast<double>(p[i]) * ip, b = static_cast<double>(q[i]) * iq;
     const int k = keys[i];
@@ -872,33 +537,33 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
     P[k] += a;
     Q[k] += b;
   }
-  const double q0 = Q_[kOutside];
+  const double q0 = bucket_.Q[kOutside];
   int kmin = range[0], kmax = range[1];
   q0_ = q0;
   if (kmax < 0) kmin = 0;  // no bucketed token: the empty range [0, −1]
   kmin_ = kmin;
   kmax_ = kmax;
-  start_[kmin] = 0;
-  for (int k = kmin; k <= kmax; ++k) start_[k + 1] = start_[k] + count[k];
+  bucket_.start[kmin] = 0;
+  for (int k = kmin; k <= kmax; ++k) bucket_.start[k + 1] = bucket_.start[k] + count[k];
   const std::size_t total = begin(kBuckets);
   // The counting sort itself waits until the search knows which buckets it needs (fill).
-  tokens_.resize(total);
-  cum_.resize(total);
-  for (int k = kmin; k <= kmax; ++k) pos_[k] = start_[k];
+  tok_.tokens.resize(total);
+  tok_.cum.resize(total);
+  for (int k = kmin; k <= kmax; ++k) bucket_.pos[k] = bucket_.start[k];
   filled_lo_ = 0;
   filled_hi_ = -1;
   hole_lo_ = 1;
   hole_hi_ = 0;
 
-  below_P_[below_lo()] = below_Q_[below_lo()] = 0.0;
+  bucket_.below_P[below_lo()] = bucket_.below_Q[below_lo()] = 0.0;
   for (int k = below_lo(); k < below_hi(); ++k) {
-    below_P_[k + 1] = below_P_[k] + P_[k];
-    below_Q_[k + 1] = below_Q_[k] + Q_[k];
+    bucket_.below_P[k + 1] = bucket_.below_P[k] + bucket_.P[k];
+    bucket_.below_Q[k + 1] = bucket_.below_Q[k] + bucket_.Q[k];
   }
-  above_P_[above_hi()] = above_Q_[above_hi()] = 0.0;
+  bucket_.above_P[above_hi()] = bucket_.above_Q[above_hi()] = 0.0;
   for (int k = above_hi() - 1; k >= above_lo(); --k) {
-    above_P_[k] = above_P_[k + 1] + P_[k];
-    above_Q_[k] = above_Q_[k + 1] + Q_[k];
+    bucket_.above_P[k] = bucket_.above_P[k + 1] + bucket_.P[k];
+    bucket_.above_Q[k] = bucket_.above_Q[k + 1] + bucket_.Q[k];
   }
   // above_P(k) includes bucket k; the sums strictly above k are above_P(k + 1).
   tv_ = below_P(kLower) - below_Q(kLower);
@@ -906,8 +571,8 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
   s_end_ = q0_ > 0.0 ? tv_ : std::min(tv_, d_up_);
   if (begin(kLower) == 0) s_end_ = 0.0;  // no token with q < p: p = q
 
-  mid_lo_[kLower - 1] = 0.0;
-  mid_hi_[kLower] = 0.0;
+  lazy_.mid_lo[kLower - 1] = 0.0;
+  lazy_.mid_hi[kLower] = 0.0;
   lo_reach_ = kLower - 1;
   hi_reach_ = kLower;
   return Status::ok;
@@ -973,12 +638,12 @@ inline void OneShot::fill_hole() {
 }
 
 inline void OneShot::scatter(std::size_t m) {
-  // The tokens chosen_[0, m) into their buckets, ratio computed as in build: the same r, the
+  // The tokens scratch_.chosen[0, m) into their buckets, ratio computed as in build: the same r, the
   // same bucket.
-  const std::uint16_t* keys = keys_.data();
-  const std::uint32_t* chosen = chosen_.data();
-  Token* tokens = tokens_.data();
-  std::size_t* pos = pos_.data();
+  const std::uint16_t* keys = tok_.keys.data();
+  const std::uint32_t* chosen = scratch_.chosen.data();
+  Token* tokens = tok_.tokens.data();
+  std::size_t* pos = bucket_.pos.data();
   const double ip = ip_, iq = iq_;
   for (std::size_t j = 0; j < m; ++j) {
     const std::size_t i = chosen[j];
@@ -1000,31 +665,31 @@ void OneShot::fill_split(const F& f, int lo, int hi, int mid_lo, int mid_hi) {
   const auto [edges, m] = pick(lo, hi, mid_lo, mid_hi);
   scatter(edges);
   for (int k = mid_lo; k <= mid_hi; ++k) {
-    F_[k] = 0.0;
+    lazy_.F[k] = 0.0;
     touch(k);
   }
   constexpr std::size_t kBlock = 2048;
-  ratios_.resize(kBlock);
-  fvals_.resize(kBlock);
-  weights_.resize(kBlock);
-  const std::uint16_t* keys = keys_.data();
-  const std::uint32_t* chosen = middle_.data();
+  scratch_.ratios.resize(kBlock);
+  scratch_.fvals.resize(kBlock);
+  scratch_.weights.resize(kBlock);
+  const std::uint16_t* keys = tok_.keys.data();
+  const std::uint32_t* chosen = scratch_.middle.data();
   for (std::size_t j0 = 0; j0 < m; j0 += kBlock) {
     const std::size_t len = std::min(kBlock, m - j0);
     if (pf_) {
-      gather_ratios(pf_, qf_, chosen + j0, len, ip_, iq_, weights_.data(), ratios_.data());
+      gather_ratios(pf_, qf_, chosen + j0, len, ip_, iq_, scratch_.weights.data(), scratch_.ratios.data());
     } else {
-      gather_ratios(pd_, qd_, chosen + j0, len, ip_, iq_, weights_.data(), ratios_.data());
+      gather_ratios(pd_, qd_, chosen + j0, len, ip_, iq_, scratch_.weights.data(), scratch_.ratios.data());
     }
-    evaluate_many(f, ratios_.data(), len, fvals_.data(), 0);
+    evaluate_many(f, scratch_.ratios.data(), len, scratch_.fvals.data(), 0);
     for (std::size_t j = 0; j < len; ++j) {
       const std::size_t i = chosen[j0 + j];
-      double term = weights_[j] * fvals_[j];
-      if (!(fvals_[j] < kInf) && keys[i] == kTop) {  // r or f(r) past DBL_MAX (rare): the perspective
+      double term = scratch_.weights[j] * scratch_.fvals[j];
+      if (!(scratch_.fvals[j] < kInf) && keys[i] == kTop) {  // r or f(r) past DBL_MAX (rare): the perspective
         const double b = (qf_ ? static_cast<double>(qf_[i]) : qd_[i]) * iq_;
-        term = term_huge_of(f, weights_[j], scaled_quotient(b, weights_[j]), 0);
+        term = term_huge_of(f, scratch_.weights[j], scaled_quotient(b, scratch_.weights[j]), 0);
       }
-      F_[keys[i]] += term;
+      lazy_.F[keys[i]] += term;
     }
   }
   filled_lo_ = lo;
@@ -1044,104 +709,104 @@ inline void OneShot::fill_for(double s) {
 }
 
 inline void OneShot::sort_bucket(int k) {
-  if (sorted_[k]) return;
+  if (lazy_.sorted[k]) return;
   fill_bucket(k);
   touch(k);
   const std::size_t first = begin(k), m = begin(k + 1) - first;
   constexpr int kIndexBits = 64 - (52 - kSub);  // what a ratio of a regular bucket leaves free
   if (k == 0 || k == kBuckets - 1 || m >= (std::size_t{1} << kIndexBits)) {
-    std::sort(tokens_.begin() + first, tokens_.begin() + first + m, [](const Token& a, const Token& b) { return a.r < b.r; });
+    std::sort(tok_.tokens.begin() + first, tok_.tokens.begin() + first + m, [](const Token& a, const Token& b) { return a.r < b.r; });
   } else {
     // The ratios of a regular bucket share sign, exponent and top kSub mantissa bits: their
     // other 52 − kSub bits and the token's place in the bucket make one integer, which sorts
     // faster than 24-byte tokens do (ties keep token order).
-    order_.resize(m);
+    scratch_.order.resize(m);
     for (std::size_t j = 0; j < m; ++j) {
       std::uint64_t bits;
-      std::memcpy(&bits, &tokens_[first + j].r, sizeof bits);
-      order_[j] = (bits << (64 - (52 - kSub)) >> (64 - (52 - kSub)) << kIndexBits) | j;
+      std::memcpy(&bits, &tok_.tokens[first + j].r, sizeof bits);
+      scratch_.order[j] = (bits << (64 - (52 - kSub)) >> (64 - (52 - kSub)) << kIndexBits) | j;
     }
-    std::sort(order_.begin(), order_.end());
-    spare_.assign(tokens_.begin() + first, tokens_.begin() + first + m);
+    std::sort(scratch_.order.begin(), scratch_.order.end());
+    scratch_.spare.assign(tok_.tokens.begin() + first, tok_.tokens.begin() + first + m);
     const std::uint64_t mask = (std::uint64_t{1} << kIndexBits) - 1;
-    for (std::size_t j = 0; j < m; ++j) tokens_[first + j] = spare_[order_[j] & mask];
+    for (std::size_t j = 0; j < m; ++j) tok_.tokens[first + j] = scratch_.spare[scratch_.order[j] & mask];
   }
   // Clipped tokens are a prefix of a lower bucket and a suffix of an upper bucket; each side sums
   // in its own direction, so that no clipped mass is ever a difference of two larger sums.
   double P = 0.0, Q = 0.0;
   if (k < kLower) {
     for (std::size_t i = begin(k); i < begin(k + 1); ++i) {
-      P += tokens_[i].p;
-      Q += tokens_[i].q;
-      cum_[i].P = P;  // Σ over tokens [0, i]
-      cum_[i].Q = Q;
+      P += tok_.tokens[i].p;
+      Q += tok_.tokens[i].q;
+      tok_.cum[i].P = P;  // Σ over tokens [0, i]
+      tok_.cum[i].Q = Q;
     }
   } else {
     for (std::size_t i = begin(k + 1); i-- > begin(k);) {
-      P += tokens_[i].p;
-      Q += tokens_[i].q;
-      cum_[i].P = P;  // Σ over tokens [i, m)
-      cum_[i].Q = Q;
+      P += tok_.tokens[i].p;
+      Q += tok_.tokens[i].q;
+      tok_.cum[i].P = P;  // Σ over tokens [i, m)
+      tok_.cum[i].Q = Q;
     }
   }
-  sorted_[k] = 1;
+  lazy_.sorted[k] = 1;
 }
 
 template <class F>
 double OneShot::bucket_f(const F& f, int k) {
-  if (std::isnan(F_[k])) {
+  if (std::isnan(lazy_.F[k])) {
     touch(k);
     fill_bucket(k);
     const std::size_t m = begin(k + 1) - begin(k);
     f_at(f, k);
     double sum = 0.0;
-    for (std::size_t j = 0; j < m; ++j) sum += fvals_[j];
-    F_[k] = sum;
+    for (std::size_t j = 0; j < m; ++j) sum += scratch_.fvals[j];
+    lazy_.F[k] = sum;
   }
-  return F_[k];
+  return lazy_.F[k];
 }
 
 template <class F>
 void OneShot::bucket_fcum(const F& f, int k) {
   // The unclipped tokens of a threshold bucket are a suffix on the lower side and a prefix on the
   // upper side; summing in that direction keeps f(0) = ∞ (r = 0 is always clipped) out of them.
-  if (fcum_ready_[k]) return;
+  if (lazy_.fcum_ready[k]) return;
   touch(k);
   f_at(f, k);
   const std::size_t first = begin(k);
   double sum = 0.0;
   if (k < kLower) {
     for (std::size_t i = begin(k + 1); i-- > first;) {
-      sum += fvals_[i - first];
-      cum_[i].F = sum;  // Σ over tokens [i, m)
+      sum += scratch_.fvals[i - first];
+      tok_.cum[i].F = sum;  // Σ over tokens [i, m)
     }
   } else {
     for (std::size_t i = first; i < begin(k + 1); ++i) {
-      sum += fvals_[i - first];
-      cum_[i].F = sum;  // Σ over tokens [0, i]
+      sum += scratch_.fvals[i - first];
+      tok_.cum[i].F = sum;  // Σ over tokens [0, i]
     }
   }
-  fcum_ready_[k] = 1;
+  lazy_.fcum_ready[k] = 1;
 }
 
 template <class F>
 double OneShot::middle_lower(const F& f, int b) {
-  // mid_lo_[k] = Σ_{k < j < kLower} F_j, known for k ≥ lo_reach_.
+  // lazy_.mid_lo[k] = Σ_{k < j < kLower} F_j, known for k ≥ lo_reach_.
   while (lo_reach_ > b) {
-    mid_lo_[lo_reach_ - 1] = mid_lo_[lo_reach_] + bucket_f(f, lo_reach_);
+    lazy_.mid_lo[lo_reach_ - 1] = lazy_.mid_lo[lo_reach_] + bucket_f(f, lo_reach_);
     --lo_reach_;
   }
-  return mid_lo_[b];
+  return lazy_.mid_lo[b];
 }
 
 template <class F>
 double OneShot::middle_upper(const F& f, int b) {
-  // mid_hi_[k] = Σ_{kLower ≤ j < k} F_j, known for k ≤ hi_reach_.
+  // lazy_.mid_hi[k] = Σ_{kLower ≤ j < k} F_j, known for k ≤ hi_reach_.
   while (hi_reach_ < b) {
-    mid_hi_[hi_reach_ + 1] = mid_hi_[hi_reach_] + bucket_f(f, hi_reach_);
+    lazy_.mid_hi[hi_reach_ + 1] = lazy_.mid_hi[hi_reach_] + bucket_f(f, hi_reach_);
     ++hi_reach_;
   }
-  return mid_hi_[b];
+  return lazy_.mid_hi[b];
 }
 
 inline int OneShot::lower_bucket(double g) const {
@@ -1178,13 +843,13 @@ inline OneShot::Side OneShot::lower(double s) {
   std::size_t j = 0, hi_j = m;
   while (j < hi_j) {
     const std::size_t mid = (j + hi_j) / 2;
-    const double phi = tokens_[first + mid].r * (P0 + cum_before(b, mid, &Cumulative::P)) - (Q0 + cum_before(b, mid, &Cumulative::Q));
+    const double phi = tok_.tokens[first + mid].r * (P0 + cum_before(b, mid, &Cumulative::P)) - (Q0 + cum_before(b, mid, &Cumulative::Q));
     if (phi <= g) j = mid + 1;
     else hi_j = mid;
   }
   const double P = P0 + cum_before(b, j, &Cumulative::P), Q = Q0 + cum_before(b, j, &Cumulative::Q);
-  const double left = j > 0 ? tokens_[first + j - 1].r : edge(b);
-  const double right = j < m ? tokens_[first + j].r : (b + 1 < kLower ? edge(b + 1) : 1.0);
+  const double left = j > 0 ? tok_.tokens[first + j - 1].r : edge(b);
+  const double right = j < m ? tok_.tokens[first + j].r : (b + 1 < kLower ? edge(b + 1) : 1.0);
   const double t = std::min(std::max((g + Q) / P, left), right);
   return {t, P, b, j};
 }
@@ -1201,7 +866,7 @@ inline OneShot::Side OneShot::upper(double s) {
   sort_bucket(b);
   const std::size_t first = begin(b), m = begin(b + 1) - first;
   const double P0 = above_P(b + 1), Q0 = above_Q(b + 1);
-  auto from = [&](std::size_t i, double Cumulative::*field) { return i < m ? cum_[first + i].*field : 0.0; };
+  auto from = [&](std::size_t i, double Cumulative::*field) { return i < m ? tok_.cum[first + i].*field : 0.0; };
   // In the top bucket ratios are scaled (u = r·2⁻¹²⁸): r·P is taken as u·(P·2¹²⁸), the same bits.
   const bool top = b == kTop;
   const double scale = top ? kHugeUp : 1.0;
@@ -1210,13 +875,13 @@ inline OneShot::Side OneShot::upper(double s) {
   std::size_t lo_j = 0, j = m;
   while (lo_j < j) {
     const std::size_t mid = (lo_j + j) / 2;
-    const double psi = (Q0 + from(mid + 1, &Cumulative::Q)) - tokens_[first + mid].r * ((P0 + from(mid + 1, &Cumulative::P)) * scale);
+    const double psi = (Q0 + from(mid + 1, &Cumulative::Q)) - tok_.tokens[first + mid].r * ((P0 + from(mid + 1, &Cumulative::P)) * scale);
     if (psi <= h) j = mid;
     else lo_j = mid + 1;
   }
   const double P = P0 + from(j, &Cumulative::P), Q = Q0 + from(j, &Cumulative::Q);
-  const double left = j > 0 ? tokens_[first + j - 1].r : edge(b) * (top ? kHugeDown : 1.0);
-  const double right = j < m ? tokens_[first + j].r : edge(b + 1);
+  const double left = j > 0 ? tok_.tokens[first + j - 1].r : edge(b) * (top ? kHugeDown : 1.0);
+  const double right = j < m ? tok_.tokens[first + j].r : edge(b + 1);
   const double t = top ? scaled_quotient(Q - h, P) : (Q - h) / P;
   return {std::min(std::max(t, left), right), P, b, j};
 }
@@ -1230,7 +895,7 @@ double OneShot::divergence(const F& f, double s) {
     const Side lo = lower(s);
     bucket_fcum(f, lo.bucket);
     const std::size_t first = begin(lo.bucket), m = begin(lo.bucket + 1) - first;
-    d += lo.clipped * f(lo.t) + middle_lower(f, lo.bucket) + (lo.j < m ? cum_[first + lo.j].F : 0.0);
+    d += lo.clipped * f(lo.t) + middle_lower(f, lo.bucket) + (lo.j < m ? tok_.cum[first + lo.j].F : 0.0);
   }
   const Side hi = upper(s);
   if (hi.bucket >= kBuckets) {
@@ -1255,22 +920,22 @@ void OneShot::bound_buckets(const F& f) {
   edges_lo_ = first;
   edges_hi_ = last;
   if (first <= last) {
-    ratios_.resize(last - first + 1);
-    fvals_.resize(last - first + 1);
-    for (int k = first; k <= last; ++k) ratios_[k - first] = edge(k);
-    evaluate_many(f, ratios_.data(), ratios_.size(), fvals_.data(), 0);
-    for (int k = first; k <= last; ++k) fedge_[k] = fvals_[k - first];
+    scratch_.ratios.resize(last - first + 1);
+    scratch_.fvals.resize(last - first + 1);
+    for (int k = first; k <= last; ++k) scratch_.ratios[k - first] = edge(k);
+    evaluate_many(f, scratch_.ratios.data(), scratch_.ratios.size(), scratch_.fvals.data(), 0);
+    for (int k = first; k <= last; ++k) bounds_.fedge[k] = scratch_.fvals[k - first];
   }
   // f at each bucket's p-weighted mean ratio Q_k/P_k, for Jensen's lower bound (buckets 1 to
   // kBuckets − 2: both edges finite and positive).
   if (first <= last - 1) {
-    ratios_.resize(last - first);
-    fvals_.resize(last - first);
+    scratch_.ratios.resize(last - first);
+    scratch_.fvals.resize(last - first);
     for (int k = first; k < last; ++k) {
-      ratios_[k - first] = P_[k] > 0.0 ? std::min(std::max(Q_[k] / P_[k], edge(k)), edge(k + 1)) : 1.0;
+      scratch_.ratios[k - first] = bucket_.P[k] > 0.0 ? std::min(std::max(bucket_.Q[k] / bucket_.P[k], edge(k)), edge(k + 1)) : 1.0;
     }
-    evaluate_many(f, ratios_.data(), ratios_.size(), fvals_.data(), 0);
-    for (int k = first; k < last; ++k) fmean_[k] = fvals_[k - first];
+    evaluate_many(f, scratch_.ratios.data(), scratch_.ratios.size(), scratch_.fvals.data(), 0);
+    for (int k = first; k < last; ++k) bounds_.fmean[k] = scratch_.fvals[k - first];
   }
   // (Proved: Bracket.v, bracket_sound, with jensen_bucket, edges_bucket_low, chord_bucket,
   // edges_bucket.)
@@ -1279,25 +944,25 @@ void OneShot::bound_buckets(const F& f) {
   // decreasing below 1 and increasing above (the tilted generator has its minimum f(1) = 0).
   // The bounds are second order in the bucket width; an empty bucket adds 0 (not 0·∞).
   auto bound = [&](int k, bool upper_bound) {
-    if (!(P_[k] > 0.0)) return 0.0;
+    if (!(bucket_.P[k] > 0.0)) return 0.0;
     const double e0 = edge(k), e1 = edge(k + 1), f0 = fedge(k), f1 = fedge(k + 1);
     if (upper_bound) {
-      const double chord = f0 + (f1 - f0) * ((Q_[k] / P_[k] - e0) / (e1 - e0));
+      const double chord = f0 + (f1 - f0) * ((bucket_.Q[k] / bucket_.P[k] - e0) / (e1 - e0));
       const double edges = std::max(f0, f1);
-      return P_[k] * (k >= first && k < last && chord < edges ? chord : edges);
+      return bucket_.P[k] * (k >= first && k < last && chord < edges ? chord : edges);
     }
     const double edges = std::min(f0, f1);
-    return P_[k] * (k >= first && k < last ? std::max(fmean_[k], edges) : edges);
+    return bucket_.P[k] * (k >= first && k < last ? std::max(bounds_.fmean[k], edges) : edges);
   };
-  low_lo_[below_hi()] = up_lo_[below_hi()] = 0.0;
+  bounds_.low_lo[below_hi()] = bounds_.up_lo[below_hi()] = 0.0;
   for (int k = below_hi() - 1; k >= below_lo(); --k) {
-    low_lo_[k] = low_lo_[k + 1] + bound(k, false);
-    up_lo_[k] = up_lo_[k + 1] + bound(k, true);
+    bounds_.low_lo[k] = bounds_.low_lo[k + 1] + bound(k, false);
+    bounds_.up_lo[k] = bounds_.up_lo[k + 1] + bound(k, true);
   }
-  low_hi_[above_lo()] = up_hi_[above_lo()] = 0.0;
+  bounds_.low_hi[above_lo()] = bounds_.up_hi[above_lo()] = 0.0;
   for (int k = above_lo(); k < above_hi(); ++k) {
-    low_hi_[k + 1] = low_hi_[k] + bound(k, false);
-    up_hi_[k + 1] = up_hi_[k] + bound(k, true);
+    bounds_.low_hi[k + 1] = bounds_.low_hi[k] + bound(k, false);
+    bounds_.up_hi[k + 1] = bounds_.up_hi[k] + bound(k, true);
   }
 }
 
@@ -1321,7 +986,7 @@ void OneShot::divergence_bounds(const F& f, double s, double& low, double& up) c
     const double g = std::max(tv_ - s, 0.0);
     const int b = lower_bucket(g);
     const double e0 = edge(b), e1 = b + 1 < kLower ? edge(b + 1) : 1.0;
-    const double Pe = below_P(b), Qe = below_Q(b), Pb = P_[b];
+    const double Pe = below_P(b), Qe = below_Q(b), Pb = bucket_.P[b];
     const double t_max = Pe > 0.0 ? std::min(std::max((g + Qe) / Pe, e0), e1) : e1;
     const double t_min = Pe + Pb > 0.0 ? std::min(std::max((g + Qe + e0 * Pb) / (Pe + Pb), e0), t_max) : e0;
     const double f_min = f_at(t_min), f_max = f_at(t_max);
@@ -1340,7 +1005,7 @@ void OneShot::divergence_bounds(const F& f, double s, double& low, double& up) c
   const double h = std::max(d_up_ - s, 0.0);
   const int b = upper_bucket(h);
   const double e0 = edge(b), e1 = edge(b + 1);
-  const double Pa = above_P(b + 1), Qa = above_Q(b + 1), Pb = P_[b];
+  const double Pa = above_P(b + 1), Qa = above_Q(b + 1), Pb = bucket_.P[b];
   const double t_min = Pa > 0.0 ? std::min(std::max((Qa - h) / Pa, e0), e1) : e0;
   const double t_max = Pa + Pb > 0.0 && e1 < kInf ? std::min(std::max((Qa + e1 * Pb - h) / (Pa + Pb), t_min), e1) : e1;
   const double f_min = f_at(t_min), f_max = f_at(t_max);
@@ -1454,24 +1119,25 @@ std::size_t bytes_of(const std::vector<T>& v) {
 
 inline void OneShot::trim(std::size_t tokens) {
   // The buffers sized by the row (the per-bucket arrays are fixed: 2¹⁶ slots and ~6k buckets);
-  // ratios_ and fvals_ also serve the bucket edges, hence the floor of kBuckets + 1.
+  // scratch_.ratios and scratch_.fvals also serve the bucket edges, hence the floor of kBuckets + 1.
   const std::size_t cap = std::max<std::size_t>(tokens, kBuckets + 1);
-  detail::release_above(keys_, cap);
-  detail::release_above(tokens_, cap);
-  detail::release_above(cum_, cap);
-  detail::release_above(chosen_, cap + 8);
-  detail::release_above(middle_, cap + 8);
-  detail::release_above(order_, cap);
-  detail::release_above(spare_, cap);
-  detail::release_above(ratios_, cap);
-  detail::release_above(fvals_, cap);
-  detail::release_above(weights_, cap);
+  detail::release_above(tok_.keys, cap);
+  detail::release_above(tok_.tokens, cap);
+  detail::release_above(tok_.cum, cap);
+  detail::release_above(scratch_.chosen, cap + 8);
+  detail::release_above(scratch_.middle, cap + 8);
+  detail::release_above(scratch_.order, cap);
+  detail::release_above(scratch_.spare, cap);
+  detail::release_above(scratch_.ratios, cap);
+  detail::release_above(scratch_.fvals, cap);
+  detail::release_above(scratch_.weights, cap);
 }
 
 inline std::size_t OneShot::token_bytes() const {
   using detail::bytes_of;
-  return bytes_of(keys_) + bytes_of(tokens_) + bytes_of(cum_) + bytes_of(chosen_) + bytes_of(middle_) +
-         bytes_of(order_) + bytes_of(spare_) + bytes_of(ratios_) + bytes_of(fvals_) + bytes_of(weights_);
+  const Scratch& x = scratch_;
+  return bytes_of(tok_.keys) + bytes_of(tok_.tokens) + bytes_of(tok_.cum) + bytes_of(x.chosen) + bytes_of(x.middle) +
+         bytes_of(x.order) + bytes_of(x.spare) + bytes_of(x.ratios) + bytes_of(x.fvals) + bytes_of(x.weights);
 }
 
 template <class T, class U, class F>
@@ -1484,7 +1150,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
   rule.hi_pre = x.hi_pre();
   rule.z = x.s > d_up_ && q0_ > 0.0 ? std::min((x.s - d_up_) / q0_, 1.0) : 0.0;
   rule.lo_floor = x.t_lo > 0.0 ? std::numeric_limits<double>::denorm_min() : 0.0;
-  const std::size_t n = keys_.size();
+  const std::size_t n = tok_.keys.size();
   if (!(x.s > 0.0)) {
     // s = 0: π = p/Σp itself, divided (the passes scale by the reciprocal, one rounding more) by
     // Σp summed compensated (Neumaier: the correctly rounded sum but for near-ties, where the
@@ -1503,7 +1169,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
     }
     return std::min(accepted + carry, 1.0);
   }
-  pi_pass(p, q, count_[kOutside] > 0 ? keys_.data() : nullptr, n, rule, out);
+  pi_pass(p, q, bucket_.count[kOutside] > 0 ? tok_.keys.data() : nullptr, n, rule, out);
   // float32 π_i below FLT_MIN, or for p_i below FLT_MIN: round_toward, where f may decide. Such
   // tokens exist only if the smallest positive p_i, q_i (kept by build) allow them: π_i ≥ min(q_i,
   // t_lo·p_i) when clipped, q_i·z on the continuation (a factor 2 covers rounding).
@@ -1512,7 +1178,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
   if (std::is_same<U, float>::value && (min_a_ < tiny || smallest_v < tiny)) {
     for (std::size_t i = 0; i < n; ++i) {
       const double a = static_cast<double>(p[i]) * rule.ip, b = static_cast<double>(q[i]) * rule.iq;
-      const double v = pi_value(a, b, keys_[i] == kOutside, rule);
+      const double v = pi_value(a, b, tok_.keys[i] == kOutside, rule);
       if (!((a > 0.0 && a < tiny) || (v > 0.0 && v < tiny))) continue;
       const auto smaller_at_lo = [&f, a](double lo, double hi) { return a * f(lo / a) <= a * f(hi / a); };
       out[i] = round_toward(v, a, smaller_at_lo, out);
@@ -1528,7 +1194,7 @@ double OneShot::build_pi(const T* p, const T* q, const Point& x, U* out, const F
   if constexpr (std::is_same<U, double>::value) {
     return std::min(accept_pass(out, q, n, iq_), 1.0);
   } else {
-    return std::min(accept_rule_pass(p, q, count_[kOutside] > 0 ? keys_.data() : nullptr, n, rule), 1.0);
+    return std::min(accept_rule_pass(p, q, bucket_.count[kOutside] > 0 ? tok_.keys.data() : nullptr, n, rule), 1.0);
   }
 }
 

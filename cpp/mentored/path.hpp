@@ -315,7 +315,7 @@ double Path::build_pi(const Point& x, T* out) const {
     if (outside(i)) {
       v = q_[i] * std::min(z, 1.0);
     } else {
-      // p·clip(q/p, t_lo, t_hi), compared without forming q/p. As in oneshot.hpp (pi_value): a
+      // p·clip(q/p, t_lo, t_hi), compared without forming q/p. As in kernels.hpp (pi_value): a
       // t_lo·p_i that underflows to 0 is rounded toward p_i, so π_i > 0 wherever p_i > 0 < t_lo.
       const double lo = std::max(x.t_lo * p_[i], std::min(p_[i], lo_floor)), hi = (p_[i] * hi_pre) * hi_mul;
       v = q_[i] < lo ? lo : (q_[i] > hi ? hi : q_[i]);
