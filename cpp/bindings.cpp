@@ -366,14 +366,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of mentored: the sorted-ratio structure and the batched solver.";
 
   // The built-in generators; every binding that takes a code takes a member (or its int value).
-  py::enum_<Generator>(m, "Generator")
-      .value("tv", Generator::tv)
-      .value("kl", Generator::kl)
-      .value("reverse_kl", Generator::reverse_kl)
-      .value("chi2", Generator::chi2)
-      .value("neyman_chi2", Generator::neyman_chi2)
-      .value("hellinger", Generator::hellinger)
-      .value("js", Generator::js);
+  py::enum_<Generator> generators(m, "Generator");
+  for (int g = 0; g < kGeneratorCount; ++g) generators.value(kGeneratorNames[g], static_cast<Generator>(g));
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());

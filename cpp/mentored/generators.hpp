@@ -32,6 +32,10 @@ enum class Generator : int {
 
 constexpr int kGeneratorCount = 7;
 
+// The names Python knows them by (the bindings export the enum from this table, and the registry of
+// mentored/divergences.py must hold one entry per name: a new generator is added here and there).
+constexpr const char* kGeneratorNames[kGeneratorCount] = {"tv", "kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"};
+
 // log t, through log1p near 1 where t − 1 is exact and log t is small.
 inline double log_near_1(double t) { return std::fabs(t - 1.0) < 0.5 ? std::log1p(t - 1.0) : std::log(t); }
 
