@@ -637,7 +637,9 @@ class Verifier:
     back to :func:`rejection_sample` (on uniforms from this verifier's generator, unless
     ``generators`` are given). Inputs are not checked on the fast path beyond what the core checks
     (ids in range; finite, nonnegative, nonzero rows, which the core normalises): pass
-    ``validate=True`` to check them as :func:`rejection_sample` does.
+    ``validate=True`` to check them as :func:`rejection_sample` does. float32 and float64 rows are
+    both taken as they are, whatever their width: ``vocab_size`` and ``dtype`` describe the expected
+    rows and convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time.
 
     Examples
     --------
@@ -711,7 +713,7 @@ class Verifier:
         x = int(np.asarray(draft).reshape(-1)[int(n[:bad].sum()) + pos])
         if status == 1 and x == PLACEHOLDER_TOKEN_ID:
             return self._fallback(draft, n, draft_probs, target_probs, bonus_token_ids, None, None, u)
-        raise _step_error(status, bad, pos, self.V, self.div, lambda b, j: f"request {b}, position {j}")
+        raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"request {b}, position {j}")
 
     def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
