@@ -151,6 +151,7 @@ _STEP_STATUS = {
     2: "a row of the target or draft probabilities sums to zero at {where}",
     3: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
     4: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
+    5: "bonus_token_ids: an id outside [0, {V}) at {where}",
 }
 
 

@@ -223,6 +223,9 @@ def test_verify_statuses_name_request_and_position():
     assert err == (-1, 0, -1) and out.dtype == np.int32 and out.shape == (2, 4)
     assert run(draft=np.array([0, 1, 0, 9, 2]))[1] == (1, 1, 1)  # an id outside [0, V)
     assert run(draft=np.array([0, 1, 0, -1, 2]))[1] == (1, 1, 1)  # the placeholder too
+    kw["bonus"] = np.array([0, 4])
+    assert run()[1] == (1, 5, 3)  # a bonus id outside [0, V), at column n_b
+    kw["bonus"] = np.array([0, 1])
     bad = q.copy()
     bad[4, 1] = np.nan  # after request 1's first rejection, at position 0: not solved, checked all the same
     assert run()[0][1, 0] != 0 and np.all(run()[0][1, 1:] == -1)  # position 0 rejected

@@ -32,16 +32,24 @@
 
 namespace mentored {
 
-// Statuses of a step; the codes of solve's Status (path.hpp) follow bad_token unchanged, shifted by one.
+// Statuses of a step (mentored/speculative.py maps them to errors, naming request and position).
 enum class StepStatus : int {
   ok = 0,
   bad_token = 1,    // a draft id outside [0, V) (the placeholder −1 included)
   zero_row = 2,     // a row of p or q sums to zero
   bad_value = 3,    // NaN, ±inf or a negative entry
   unreachable = 4,  // zeros = keep: the end of the finite curve out of reach (rounding)
+  bad_bonus = 5,    // a bonus id outside [0, V)
 };
 
-inline StepStatus step_status(Status st) { return st == Status::ok ? StepStatus::ok : static_cast<StepStatus>(static_cast<int>(st) + 1); }
+inline StepStatus step_status(Status st) {
+  switch (st) {
+    case Status::ok: return StepStatus::ok;
+    case Status::zero_row: return StepStatus::zero_row;
+    case Status::unreachable: return StepStatus::unreachable;
+    default: return StepStatus::bad_value;
+  }
+}
 
 // Inverse CDF of w (≥ 0) at fraction u ∈ [0, 1): the first i with Σ_{l≤i} w_l > u · Σ w.
 // Returns −1 when Σ w = 0.
@@ -161,6 +169,7 @@ StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const
   for (std::size_t j = 0; j < width; ++j) out[j] = O(-1);
   for (std::size_t j = 0; j < n; ++j)
     if (draft[j] < 0 || static_cast<std::size_t>(draft[j]) >= V) return {StepStatus::bad_token, static_cast<std::int64_t>(j)};
+  if (bonus < 0 || static_cast<std::size_t>(bonus) >= V) return {StepStatus::bad_bonus, static_cast<std::int64_t>(n)};
   for (std::size_t j = 0; j < n; ++j) {
     const T* pj = p + j * V;
     const T* qj = q + j * V;
