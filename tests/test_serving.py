@@ -437,6 +437,19 @@ def test_verifier_is_one_core_call(monkeypatch, rng):
     assert out.dtype == np.int32 and out.shape == (3, 4) and len(calls) == 1
 
 
+def test_verifier_threads_do_not_change_tokens(rng):
+    V, n = 60, [3, 1, 0, 4, 2, 3]
+    T = sum(n)
+    p = rng.dirichlet(np.full(V, 0.3), T).astype(np.float32)
+    q = rng.dirichlet(np.full(V, 0.3), T).astype(np.float32)
+    d = np.array([rng.choice(V, p=r / r.sum()) for r in q.astype(np.float64)])
+    u = rng.random((T, 2))
+    bonus = rng.integers(0, V, (len(n), 1))
+    outs = [Verifier(V, divergence="hellinger", budget=0.4, threads=t)(d, n, q, p, bonus, uniforms=u) for t in (1, 2, 3)]
+    assert_array_equal(outs[0], outs[1])
+    assert_array_equal(outs[0], outs[2])
+
+
 def test_seeded_verifier_is_reproducible_through_its_fallbacks(rng):
     V = 40
     p = rng.dirichlet(np.full(V, 0.3), 8)
