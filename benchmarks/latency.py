@@ -7,16 +7,17 @@ For two cases, a decode step of B·k = 16 rows over V = 32000 tokens and a small
 100 tokens, it times (p50 and p99 over many calls, in microseconds):
 
 - ``core``: the compiled solve alone (``mentored._core.solve`` into a held buffer), the floor of
-  ``solve``; ``core solve + step``: the compiled solve and accept/residual step, the floor of a
-  verification step;
+  ``solve``; ``core solve + step``: the compiled solve of every row, then the accept/residual step
+  (two calls); ``core verify``: the one call that solves each position when it is reached and
+  verifies it, the floor of a ``Verifier`` step;
 - ``solve``: ``mentored.solve`` with its default threads, with ``threads=1``, and with ``threads=<all
   cores>`` (the default before small batches ran on the calling thread);
 - ``rejection_sample``: the vLLM-layout entry point (validation on), numpy;
 - ``Verifier``: ``mentored.serving.Verifier``, buffers held between calls (validation off).
 
 The calls are interleaved round-robin, so that each round sees one machine state. Python's share
-of a call is measured inside the call: the core's entry points (solve, speculative_step, row_stats)
-are wrapped with timers, and the share is the median of the call's time minus the time spent in
+of a call is measured inside the call: the core's entry points (solve, speculative_step, row_stats,
+verify) are wrapped with timers, and the share is the median of the call's time minus the time spent in
 them. This is the per-call overhead the issue bounds (25 µs for the Verifier at B·k = 16,
 V = 32000); it does not depend on the machine state staying the same between two timings.
 
@@ -85,7 +86,7 @@ def _time_all(fns, calls, warm=5):
     return {name: t[:, j] * 1e6 for j, name in enumerate(names)}
 
 
-_COMPILED = ("solve", "speculative_step", "row_stats")
+_COMPILED = ("solve", "speculative_step", "row_stats", "verify")
 
 
 def _python_share(fn, calls):
@@ -161,6 +162,7 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
         pi = _core.solve(p, q, code, 0, eps, 1, None, out)[0]
         u = np.random.default_rng(1).random((B, k, 2))
         d2, b1 = draft.reshape(B, k), bonus.reshape(B)
+        n64, u2 = np.asarray(n, dtype=np.int64), u.reshape(T, 2)
 
         def raw():  # the compiled calls a Verifier step makes: solve, then accept/residual
             _core.solve(p, q, code, 0, eps, 1, None, out)
@@ -169,6 +171,7 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
         fns = {
             "core (threads=1)": lambda: _core.solve(p, q, code, 0, eps, 1, None, out),
             "core solve + step (threads=1)": raw,
+            "core verify (threads=1)": lambda: _core.verify(p, q, draft, n64, bonus, u2, eps, code, True, 0, 1, True),
             "solve (default threads)": lambda: mentored.solve(p, q, divergence=div, budget=budget),
             "solve (threads=1)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=1),
             f"solve (threads={ncpu}, the old default)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=ncpu),

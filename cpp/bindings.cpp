@@ -265,6 +265,80 @@ py::tuple speculative_step(carray<T> pi, carray<T> q, carray<std::int64_t> draft
   return py::make_tuple(out, status);
 }
 
+// num_draft_tokens of verify: a list or tuple of ints (as vLLM passes it), or an integer array.
+std::vector<std::int64_t> counts_arg(const py::object& n) {
+  std::vector<std::int64_t> out;
+  try {
+    if (py::isinstance<py::list>(n) || py::isinstance<py::tuple>(n)) {
+      const auto seq = py::reinterpret_borrow<py::sequence>(n);
+      out.reserve(seq.size());
+      for (const auto item : seq) out.push_back(item.cast<std::int64_t>());
+    } else {
+      const auto a = py::cast<carray<std::int64_t>>(n);
+      if (a.ndim() != 1) throw std::invalid_argument("num_draft_tokens must be one-dimensional");
+      out.assign(a.data(), a.data() + a.size());
+    }
+  } catch (const py::cast_error&) {
+    throw std::invalid_argument("num_draft_tokens must hold integers");
+  } catch (const py::error_already_set&) {
+    throw std::invalid_argument("num_draft_tokens must hold integers");
+  }
+  return out;
+}
+
+// Solve and verify in one call (speculative.hpp, verify_batch), vLLM's flattened layout: q [T, V],
+// draft [T], uniforms [T, 2] per draft row; budgets [T], or [1] for all; num_draft [B] (Σ = T);
+// bonus [B] (any shape of B entries); p [T + B·extra, V] (extra = 1: a bonus-position row after
+// each request's drafts). Returns (out [B, max n + 1], int32 or int64; the first failed request,
+// −1 if none; its StepStatus code; the position in it, −1 if none). Shape errors raise ValueError.
+template <class T>
+py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::object num_draft,
+                 carray<std::int64_t> bonus, carray<double> uniforms, carray<double> budgets, int code, bool keep,
+                 int extra, int threads, bool int32) {
+  if (p.ndim() != 2 || q.ndim() != 2 || p.shape(1) != q.shape(1))
+    throw std::invalid_argument("target and draft probabilities must be (rows, V) arrays of one V");
+  const auto T_ = static_cast<std::size_t>(q.shape(0)), V = static_cast<std::size_t>(q.shape(1));
+  const std::vector<std::int64_t> counts = counts_arg(num_draft);
+  const std::size_t B = counts.size();
+  if (extra != 0 && extra != 1) throw std::invalid_argument("extra must be 0 or 1");
+  std::size_t total = 0, K = 0;
+  for (const std::int64_t c : counts) {
+    if (c < 0) throw std::invalid_argument("num_draft_tokens must be nonnegative");
+    total += static_cast<std::size_t>(c);
+    K = std::max(K, static_cast<std::size_t>(c));
+  }
+  if (total != T_) throw std::invalid_argument("num_draft_tokens must sum to the number of draft rows");
+  if (static_cast<std::size_t>(p.shape(0)) != T_ + B * static_cast<std::size_t>(extra))
+    throw std::invalid_argument("target probabilities must have one row per draft (and one per request with extra = 1)");
+  const auto n_eps = static_cast<std::size_t>(budgets.size());
+  if (static_cast<std::size_t>(draft.size()) != T_ || (n_eps != T_ && n_eps != 1) ||
+      static_cast<std::size_t>(uniforms.size()) != 2 * T_)
+    throw std::invalid_argument("draft ids and uniforms must have one entry (uniforms: two) per draft row, budgets one or one per row");
+  if (static_cast<std::size_t>(bonus.size()) != B) throw std::invalid_argument("one bonus token id per request is required");
+  if (V == 0 && T_ > 0) throw std::invalid_argument("empty vocabulary");
+  const BuiltinF f(generator(code));
+  const std::size_t width = K + 1;
+  py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
+  StepError error;
+  std::size_t failed;
+  {
+    const T* pp = p.data();
+    const T* qq = q.data();
+    const std::int64_t* d = draft.data();
+    const std::int64_t* n = counts.data();
+    const std::int64_t* bo = bonus.data();
+    const double* u = uniforms.data();
+    const double* e = budgets.data();
+    const std::size_t step = n_eps == T_ ? 1 : 0;
+    void* o = result.mutable_data();
+    py::gil_scoped_release release;
+    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int32_t*>(o), width, error)
+                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int64_t*>(o), width, error);
+  }
+  const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
+  return py::make_tuple(result, bad, static_cast<int>(error.status), error.position);
+}
+
 // One row, many questions: the structure with its divergence tables cached by code.
 class PyPath {
  public:
@@ -391,6 +465,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
   m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
+  // p and q are not converted: a float32 step must not be widened to float64 by overload resolution.
+  m.def("verify", &verify<double>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
+        py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
+        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"));
+  m.def("verify", &verify<float>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
+        py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
+        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));

@@ -17,8 +17,9 @@ import numpy as np
 
 from ._validate import _floats
 from .divergences import Divergence, divergence as _divergence
+from . import _core
 from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros
-from .speculative import solve_pi
+from .speculative import _step_error, solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -631,11 +632,16 @@ class Verifier:
     r""":func:`rejection_sample` for a decoding loop on numpy input, with buffers held between calls.
 
     Fixed divergence, budget, zeros mode and vocabulary; dense ``draft_probs``. The fast path (no
-    greedy request, no placeholder, no generators) calls the compiled core directly: one solve into
-    a held π buffer, the acceptance test, and a residual draw for the rejected rows only. Anything
-    else falls back to :func:`rejection_sample`. Inputs are not checked on the fast path beyond
-    what the core checks (finite, nonnegative, nonzero rows; rows are normalised by the core):
-    pass ``validate=True`` to check them as :func:`rejection_sample` does.
+    greedy request, no placeholder, no generators; ragged ``num_draft_tokens`` allowed) is one call
+    into the compiled core, which solves each position's :math:`\pi` just before its acceptance
+    test (positions after a rejection are checked, not solved) and draws the residual token, with
+    the same decisions as :func:`rejection_sample` given the same uniforms. Anything else falls
+    back to :func:`rejection_sample` (on uniforms from this verifier's generator, unless
+    ``generators`` are given). Inputs are not checked on the fast path beyond what the core checks
+    (ids in range; finite, nonnegative, nonzero rows, which the core normalises): pass
+    ``validate=True`` to check them as :func:`rejection_sample` does. float32 and float64 rows are
+    both taken as they are, whatever their width: ``vocab_size`` and ``dtype`` describe the expected
+    rows and convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time.
 
     Examples
     --------
@@ -662,52 +668,59 @@ class Verifier:
         self.validate = validate
         self.rng = np.random.default_rng(seed)
         self._dtype = np.dtype(dtype)
+        self._code = int(self.div.compiled)
+        self._keep = self.zeros == "keep"
         self._alloc(int(max_tokens))
 
     def _alloc(self, T):
-        self._cap = T
-        self._pi = np.empty((T, self.V), dtype=self._dtype)
-        self._eps = np.full(T, self.budget)
+        self._eps = np.array([self.budget])  # one budget for every row (the core broadcasts it)
+        self._u = np.empty((0, 2))  # uniforms drawn ahead from self.rng, handed out in order
+        self._ui = 0
+        self._chunk = max(int(T), 1)
+
+    def _draw(self, T):
+        """The next T pairs of this verifier's uniforms: the stream of ``rng.random`` drawn in advance,
+        since one draw costs about as much as all the rest of a step's Python."""
+        i, j = self._ui, self._ui + T
+        if j > self._u.shape[0]:
+            self._u = np.concatenate([self._u[i:], self.rng.random((max(self._chunk, T), 2))])
+            i, j = 0, T
+        self._ui = j
+        return self._u[i:j]
 
     def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None):
-        from . import _core
+        # The fast path is one core call and a few attribute reads: after the core has streamed the
+        # rows, each Python operation runs on a cold cache. The core's overloads take numpy arrays
+        # of one float dtype, C-contiguous, as they are (no copy): anything else raises TypeError
+        # there, a shape it refuses ValueError, and both go to rejection_sample, which converts or
+        # names the problem.
+        draft = draft_token_ids
+        if self.validate or is_greedy is not None or generators or draft_probs is None:
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms)
+        T = len(draft)
+        if uniforms is None:
+            u = self._draw(T)
+        else:
+            u = np.ascontiguousarray(_given_uniforms(uniforms, T, lambda x: np.asarray(x, dtype=np.float64)))
+        try:
+            out, bad, status, pos = _core.verify(
+                target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._code, self._keep, 0,
+                self.threads, True,
+            )
+        except (TypeError, ValueError):
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, None, None, u)
+        if bad < 0:
+            return out
+        n = np.asarray(num_draft_tokens, dtype=np.int64)
+        x = int(np.asarray(draft).reshape(-1)[int(n[:bad].sum()) + pos])
+        if status == 1 and x == PLACEHOLDER_TOKEN_ID:
+            return self._fallback(draft, n, draft_probs, target_probs, bonus_token_ids, None, None, u)
+        raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"request {b}, position {j}")
 
-        p, q = target_probs, draft_probs
-        if (
-            self.validate or is_greedy is not None or generators or q is None
-            or type(p) is not np.ndarray or type(q) is not np.ndarray or p.dtype != self._dtype or q.dtype != self._dtype
-            or not p.flags.c_contiguous or not q.flags.c_contiguous
-        ):
-            return rejection_sample(
-                draft_token_ids, num_draft_tokens, q, p, bonus_token_ids, divergence=self.div, budget=self.budget,
-                is_greedy=is_greedy, generators=generators, uniforms=uniforms, zeros=self.zeros, threads=self.threads or None,
-            )
-        draft = draft_token_ids if draft_token_ids.dtype == np.int64 else draft_token_ids.astype(np.int64)
-        bonus_token_ids = bonus_token_ids if bonus_token_ids.dtype == np.int64 else bonus_token_ids.astype(np.int64)
-        T = p.shape[0]
-        n = num_draft_tokens if type(num_draft_tokens) is np.ndarray else np.asarray(num_draft_tokens, dtype=np.int64)
-        B = n.shape[0]
-        if T > self._cap:
-            self._alloc(T)
-        K = T // B if B else 0
-        if B == 0 or K == 0 or K * B != T or n.min() != K or draft.min() < 0:  # ragged, empty, placeholders
-            return rejection_sample(
-                draft, n, q, p, bonus_token_ids, divergence=self.div, budget=self.budget, uniforms=uniforms, zeros=self.zeros,
-                threads=self.threads or None,
-            )
-        pi, res, status = _core.solve(p, q, self.div.compiled, 0, self._eps[:T], self.threads, None, self._pi[:T])
-        if status.any():
-            raise ValueError(f"row {int(status.nonzero()[0][0])}: not a distribution (all zero, negative or non-finite)")
-        if self.zeros == "keep" and self.div.f_inf == np.inf:
-            pass
-        elif self.zeros == "keep" and np.isinf(res[:, 2]).any():
-            pi = solve_pi(p, q, self.div, self._eps[:T], self.threads or None, "keep")
-        u = self.rng.random((T, 2)) if uniforms is None else np.ascontiguousarray(uniforms, dtype=np.float64)
-        # every request has K drafts: the compiled accept/residual step (cpp/mentored/speculative.hpp)
-        out, status = _core.speculative_step(
-            pi.reshape(B, K, self.V), q.reshape(B, K, self.V), draft.reshape(B, K), bonus_token_ids.reshape(B),
-            u.reshape(B, K, 2), self.threads,
+    def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
+        if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
+            uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
+        return rejection_sample(
+            draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
+            uniforms=uniforms, zeros=self.zeros, threads=self.threads or None,
         )
-        if status.any():
-            raise ValueError(f"draft_token_ids: an id outside [0, {self.V}) in request {int(status.nonzero()[0][0])}")
-        return out.astype(np.int32)

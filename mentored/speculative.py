@@ -121,23 +121,44 @@ def speculative_step(
     budgets = _step_budgets(budget, B, k)
     u = _step_uniforms(uniforms, seed, B, k)
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
-    p = p.astype(dtype, copy=False)
+    p = np.ascontiguousarray(p, dtype=dtype)
     q = np.ascontiguousarray(q, dtype=dtype)
     if k == 0:
         return np.ascontiguousarray(bonus, dtype=np.int64).reshape(B, 1).copy()
-    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), _divergence(divergence), budgets.ravel(), threads, zeros)
+    div = _divergence(divergence)
+    draft = np.ascontiguousarray(draft, dtype=np.int64)
+    bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
+    if div.compiled is not None:
+        # One call: each position's π is solved in the core just before its acceptance test.
+        out, bad, status, pos = _core.verify(
+            p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
+            u.reshape(-1), budgets.reshape(-1), div.compiled, zeros == "keep", 1, threads_arg(threads), False,
+        )
+        if bad >= 0:
+            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})")
+        return out
+    # A custom divergence: π in Python (its f is a Python callable), then the accept/residual step.
+    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros)
     pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=dtype)
-    out, status = _core.speculative_step(
-        pi,
-        q,
-        np.ascontiguousarray(draft, dtype=np.int64),
-        np.ascontiguousarray(bonus.reshape(B), dtype=np.int64),
-        u,
-        threads_arg(threads),
-    )
+    out, status = _core.speculative_step(pi, q, draft, bonus, u, threads_arg(threads))
     if np.any(status):  # ids were checked above; the core checks again
         raise ValueError(f"draft_token_ids: an id outside [0, {V}) in row {int(np.flatnonzero(status)[0])}")
     return out
+
+
+_STEP_STATUS = {
+    1: "draft_token_ids: an id outside [0, {V}) at {where}",
+    2: "a row of the target or draft probabilities sums to zero at {where}",
+    3: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
+    4: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
+    5: "bonus_token_ids: an id outside [0, {V}) at {where}",
+}
+
+
+def _step_error(status: int, b: int, j: int, V: int, div, where) -> ValueError:
+    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``."""
+    msg = _STEP_STATUS.get(int(status), "core failure (status {status}) at {where}")
+    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=status))
 
 
 def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:

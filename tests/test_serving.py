@@ -10,7 +10,7 @@ from scipy import stats
 
 import mentored
 from mentored.oracle import oracle_solve
-from mentored.serving import Verifier, onehot_acceptance, rejection_sample
+from mentored.serving import PLACEHOLDER_TOKEN_ID, Verifier, onehot_acceptance, rejection_sample
 from mentored.speculative import solve_pi
 
 torch = pytest.importorskip("torch")
@@ -388,18 +388,118 @@ def test_numpy_and_torch_agree_on_a_mixed_batch(rng):
             assert_array_equal(a, b)
 
 
-def test_verifier_equals_rejection_sample(rng):
-    V, B, k = 50, 4, 3
-    ver = Verifier(V, divergence="js", budget=0.2, zeros="keep", dtype=np.float64)
-    for _ in range(5):
-        p = rng.dirichlet(np.full(V, 0.2), B * k)
-        p[:, :10] = 0
-        p /= p.sum(1, keepdims=True)
-        q = rng.dirichlet(np.full(V, 0.2), B * k)
-        d = np.array([rng.choice(V, p=r) for r in q])
-        u = rng.random((B * k, 2))
-        bonus = rng.integers(10, V, (B, 1))
-        assert_array_equal(ver(d, [k] * B, q, p, bonus, uniforms=u), rejection_sample(d, [k] * B, q, p, bonus, divergence="js", budget=0.2, uniforms=u))
+@pytest.mark.parametrize("zeros", ["keep", "continue"])
+@pytest.mark.parametrize("div", ["js", "kl", "tv", "reverse_kl", "hellinger"])
+def test_verifier_equals_rejection_sample(div, zeros, rng):
+    # Random batches, ragged (0 drafts included), with target zeros (so that zeros="keep" re-solves
+    # rows where f∞ < ∞), float64 and float32, budgets from 0 to inf: the same tokens for the same uniforms.
+    V = 50
+    for dtype in (np.float64, np.float32):
+        for budget in (0.0, 0.2, 1.5, np.inf):
+            ver = Verifier(V, divergence=div, budget=budget, zeros=zeros, dtype=dtype)
+            for n in ([3, 3, 3, 3], [4, 0, 1, 2], [1]):
+                T = sum(n)
+                p = rng.dirichlet(np.full(V, 0.2), T)
+                p[:, :10] = 0
+                p = (p / p.sum(1, keepdims=True)).astype(dtype)
+                q = rng.dirichlet(np.full(V, 0.2), T).astype(dtype)
+                d = np.array([rng.choice(V, p=r / r.sum()) for r in q.astype(np.float64)], dtype=np.int64)
+                u = rng.random((T, 2))
+                bonus = rng.integers(10, V, (len(n), 1))
+                want = rejection_sample(d, n, q, p, bonus, divergence=div, budget=budget, uniforms=u, zeros=zeros)
+                assert_array_equal(ver(d, n, q, p, bonus, uniforms=u), want)
+                assert_array_equal(ver(d, np.array(n), q, p, bonus, uniforms=u), want)
+
+
+def test_verifier_is_one_core_call(monkeypatch, rng):
+    import mentored.serving as serving
+
+    V, n = 30, [2, 0, 3]
+    ver = Verifier(V, divergence="kl", budget=0.3, dtype=np.float64, seed=0)
+    p = rng.dirichlet(np.ones(V), 5)
+    q = rng.dirichlet(np.ones(V), 5)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    calls = []
+    verify = mentored._core.verify
+
+    def counted(*a):
+        calls.append(1)
+        return verify(*a)
+
+    def refused(*a, **k):
+        raise AssertionError("the fast path left the core")
+
+    monkeypatch.setattr(mentored._core, "verify", counted)
+    for name in ("solve", "speculative_step", "row_stats"):
+        monkeypatch.setattr(mentored._core, name, refused)
+    monkeypatch.setattr(serving, "rejection_sample", refused)
+    out = ver(d, n, q, p, np.array([[1], [2], [3]]))
+    assert out.dtype == np.int32 and out.shape == (3, 4) and len(calls) == 1
+
+
+def test_verifier_threads_do_not_change_tokens(rng):
+    V, n = 60, [3, 1, 0, 4, 2, 3]
+    T = sum(n)
+    p = rng.dirichlet(np.full(V, 0.3), T).astype(np.float32)
+    q = rng.dirichlet(np.full(V, 0.3), T).astype(np.float32)
+    d = np.array([rng.choice(V, p=r / r.sum()) for r in q.astype(np.float64)])
+    u = rng.random((T, 2))
+    bonus = rng.integers(0, V, (len(n), 1))
+    outs = [Verifier(V, divergence="hellinger", budget=0.4, threads=t)(d, n, q, p, bonus, uniforms=u) for t in (1, 2, 3)]
+    assert_array_equal(outs[0], outs[1])
+    assert_array_equal(outs[0], outs[2])
+
+
+def test_seeded_verifier_is_reproducible_through_its_fallbacks(rng):
+    V = 40
+    p = rng.dirichlet(np.full(V, 0.3), 8)
+    q = rng.dirichlet(np.full(V, 0.3), 8)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    d[5] = PLACEHOLDER_TOKEN_ID  # the placeholder goes through rejection_sample
+    bonus = rng.integers(0, V, (4, 1))
+    runs = []
+    for _ in range(2):
+        ver = Verifier(V, divergence="tv", budget=0.3, dtype=np.float64, seed=7)
+        runs.append([ver(d, [2, 2, 2, 2], q, p, bonus) for _ in range(20)])
+    assert_array_equal(np.array(runs[0]), np.array(runs[1]))
+    assert len({a.tobytes() for a in runs[0]}) > 1  # the uniforms move on between calls
+
+
+def test_verifier_refuses_a_bad_id_after_a_rejection():
+    V = 4
+    p = np.full((2, V), 0.25)
+    q = np.array([[0.7, 0.1, 0.1, 0.1], [0.25] * 4])
+    u = np.array([[0.999, 0.5], [0.5, 0.5]])  # position 0 is rejected
+    ver = Verifier(V, budget=0.0, dtype=np.float64)
+    with pytest.raises(ValueError, match=r"outside \[0, 4\).*request 0, position 1"):
+        ver(np.array([0, 7]), [2], q, p, np.array([[0]]), uniforms=u)
+    nan = q.copy()
+    nan[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"NaN.*request 0, position 1"):
+        ver(np.array([0, 1]), [2], nan, p, np.array([[0]]), uniforms=u)
+
+
+def test_verifier_falls_back_where_the_core_does_not_take_the_input(rng):
+    V, n = 20, [2, 1]
+    p = rng.dirichlet(np.ones(V), 3)
+    q = rng.dirichlet(np.ones(V), 3)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    u = rng.random((3, 2))
+    bonus = np.array([[1], [2]])
+    kw = dict(divergence="kl", budget=0.2, uniforms=u)
+    want = rejection_sample(d, n, q, p, bonus, **kw)
+    ver = Verifier(V, divergence="kl", budget=0.2)
+    q32 = q.astype(np.float32)
+    assert_array_equal(ver(d, n, q32, p, bonus, uniforms=u), rejection_sample(d, n, q32, p, bonus, **kw))  # mixed dtypes
+    for args in (
+        (d.astype(np.int32), n, q, p, bonus.astype(np.int32)),  # other id dtypes
+        (d, n, np.asfortranarray(q), p, bonus),  # not C-contiguous
+        (torch.as_tensor(d), n, torch.as_tensor(q), torch.as_tensor(p), torch.as_tensor(bonus)),
+    ):
+        got = ver(*args, uniforms=u)
+        assert_array_equal(got.numpy() if isinstance(got, torch.Tensor) else got, want)
+    with pytest.raises(ValueError, match="sums to 4"):
+        ver(d, [2, 2], q, p, bonus, uniforms=u)
 
 
 def test_inputs_are_checked():

@@ -143,6 +143,102 @@ def test_core_refuses_bad_ids_and_shapes():
         mentored._core.speculative_step(pi, pi, np.array([[0]]), np.array([0]), np.zeros((1, 2)), 1)
 
 
+def _two_calls(p, bonus, q, draft, u, div, budget, zeros):
+    """speculative_step as it was before the one-call core: every position's π in Python, then the
+    accept/residual step of the core."""
+    from mentored.speculative import solve_pi
+
+    B, k, V = q.shape
+    eps = np.broadcast_to(np.asarray(budget, dtype=np.float64), (B, k)).ravel()
+    pi = solve_pi(np.ascontiguousarray(p[:, :k]).reshape(B * k, V), q.reshape(B * k, V), mentored.divergence(div), eps, None, zeros)
+    pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=q.dtype)
+    out, status = mentored._core.speculative_step(pi, q, draft, bonus.reshape(B), u, 0)
+    assert not status.any()
+    return out
+
+
+@pytest.mark.parametrize("zeros", ["keep", "continue"])
+@pytest.mark.parametrize("div", ["tv", "kl", "js", "reverse_kl", "neyman_chi2"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_one_call_equals_pi_then_step(div, zeros, dtype, rng):
+    # Rows with target zeros and budgets up to inf: zeros="keep" re-solves rows whose optimum
+    # continued onto {p = 0} (f∞ < ∞), in the core now as in solve_pi.
+    B, k, V = 6, 3, 40
+    for budget in (0.0, 0.05, 0.5, np.inf, rng.uniform(0, 1, (B, k))):
+        p, bonus, q, draft = _batch(rng, B, k, V, peaked=0.3)
+        p[:, :, :8] = 0
+        p /= p.sum(-1, keepdims=True)
+        p, q = p.astype(dtype), q.astype(dtype)
+        u = rng.random((B, k, 2))
+        got = mentored.speculative_step(p, bonus, q, draft, divergence=div, budget=budget, uniforms=u, zeros=zeros)
+        assert_array_equal(got, _two_calls(p, bonus, q, draft, u, div, budget, zeros))
+
+
+def test_one_crossing_for_builtin_divergences(monkeypatch, rng):
+    p, bonus, q, draft = _batch(rng, 3, 4, 30)
+    calls = []
+    verify = mentored._core.verify
+
+    def counted(*a):
+        calls.append(1)
+        return verify(*a)
+
+    def refused(*a, **k):
+        raise AssertionError("π solved outside the one-call core")
+
+    monkeypatch.setattr(mentored._core, "verify", counted)
+    monkeypatch.setattr(mentored._core, "solve", refused)
+    monkeypatch.setattr(mentored._core, "speculative_step", refused)
+    for zeros in ("keep", "continue"):
+        mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.3, seed=0, zeros=zeros)
+    assert len(calls) == 2
+
+
+def test_custom_divergence_keeps_the_python_path(rng):
+    import sympy
+
+    t = sympy.Symbol("t", positive=True)
+    custom = mentored.Divergence.from_sympy(t * sympy.log(t), t, name="kl_custom")
+    p, bonus, q, draft = _batch(rng, 4, 3, 20)
+    u = rng.random((4, 3, 2))
+    got = mentored.speculative_step(p, bonus, q, draft, divergence=custom, budget=0.2, uniforms=u)
+    assert_array_equal(got, _two_calls(p, bonus, q, draft, u, custom, 0.2, "continue"))
+
+
+def test_verify_statuses_name_request_and_position():
+    V = 4
+    p = np.full((5, V), 0.25)
+    q = p.copy()
+    q[2] = [0.7, 0.1, 0.1, 0.1]  # request 1 drafts token 0 there: rejected at u0 = 0.999
+    u = np.full((5, 2), 0.999)
+    u[0] = 0.0
+    kl = mentored.divergence("kl")._code
+    kw = dict(num_draft=[2, 3], bonus=np.array([0, 1]), u=u, eps=np.array([0.1]))
+
+    def run(p=p, q=q, draft=np.array([0, 1, 0, 3, 2])):
+        out, bad, status, pos = mentored._core.verify(p, q, draft, kw["num_draft"], kw["bonus"], kw["u"], kw["eps"], kl, True, 0, 1, True)
+        return out, (bad, status, pos)
+
+    out, err = run()
+    assert err == (-1, 0, -1) and out.dtype == np.int32 and out.shape == (2, 4)
+    assert run(draft=np.array([0, 1, 0, 9, 2]))[1] == (1, 1, 1)  # an id outside [0, V)
+    assert run(draft=np.array([0, 1, 0, -1, 2]))[1] == (1, 1, 1)  # the placeholder too
+    kw["bonus"] = np.array([0, 4])
+    assert run()[1] == (1, 5, 3)  # a bonus id outside [0, V), at column n_b
+    kw["bonus"] = np.array([0, 1])
+    bad = q.copy()
+    bad[4, 1] = np.nan  # after request 1's first rejection, at position 0: not solved, checked all the same
+    assert run()[0][1, 0] != 0 and np.all(run()[0][1, 1:] == -1)  # position 0 rejected
+    assert run(q=bad)[1] == (1, 3, 2)
+    zero = p.copy()
+    zero[3] = 0.0
+    assert run(p=zero)[1] == (1, 2, 1)
+    with pytest.raises(TypeError):  # float32 and float64 rows: never widened behind the caller's back
+        mentored._core.verify(p.astype(np.float32), q, np.zeros(5, dtype=np.int64), [2, 3], kw["bonus"], u, kw["eps"], kl, True, 0, 1, True)
+    with pytest.raises(ValueError, match="sum to the number of draft rows"):
+        mentored._core.verify(p, q, np.zeros(5, dtype=np.int64), [2, 2], kw["bonus"], u, kw["eps"], kl, True, 0, 1, True)
+
+
 # ---- torch -------------------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")

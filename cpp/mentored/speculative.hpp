@@ -13,22 +13,43 @@
 // acceptance, column 1 samples the residual); out [B, k + 1]. The residual is summed in float64.
 // If rounding leaves no residual mass (π = q to rounding, where a rejection has probability 0),
 // the token is drawn from π itself by the same inverse CDF.
+//
+// verify_batch (below) also solves: it takes p and q instead of π, and solves each position's π
+// into a per-thread scratch row just before its acceptance test, so that a whole step is one call.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "solve.hpp"
+
 namespace mentored {
 
+// Statuses of a step (mentored/speculative.py maps them to errors, naming request and position).
 enum class StepStatus : int {
   ok = 0,
-  bad_token = 1,  // a draft id outside [0, V)
+  bad_token = 1,    // a draft id outside [0, V) (the placeholder −1 included)
+  zero_row = 2,     // a row of p or q sums to zero
+  bad_value = 3,    // NaN, ±inf or a negative entry
+  unreachable = 4,  // zeros = keep: the end of the finite curve out of reach (rounding)
+  bad_bonus = 5,    // a bonus id outside [0, V)
 };
+
+inline StepStatus step_status(Status st) {
+  switch (st) {
+    case Status::ok: return StepStatus::ok;
+    case Status::zero_row: return StepStatus::zero_row;
+    case Status::unreachable: return StepStatus::unreachable;
+    default: return StepStatus::bad_value;
+  }
+}
 
 // Inverse CDF of w (≥ 0) at fraction u ∈ [0, 1): the first i with Σ_{l≤i} w_l > u · Σ w.
 // Returns −1 when Σ w = 0.
@@ -49,6 +70,20 @@ std::int64_t inverse_cdf(const W& w, std::size_t V, double u) {
   return last;  // level ≥ the running sum only by rounding: the last token with mass
 }
 
+// Position j of a row: accept x iff u0·q_x < π_x; else the residual token. Returns the token and
+// whether x was accepted.
+template <class P, class T>
+std::int64_t decide(const P* pj, const T* qj, std::int64_t x, const double* u, std::size_t V, bool& accepted) {
+  accepted = u[0] * static_cast<double>(qj[x]) < static_cast<double>(pj[x]);
+  if (accepted) return x;
+  const auto residual = [&](std::size_t i) {
+    return std::max(static_cast<double>(pj[i]) - static_cast<double>(qj[i]), 0.0);
+  };
+  std::int64_t y = inverse_cdf(residual, V, u[1]);
+  if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, u[1]);
+  return y;
+}
+
 // One sequence; returns its status.
 template <class T>
 StepStatus speculative_row(const T* pi, const T* q, const std::int64_t* draft, std::int64_t bonus, const double* u,
@@ -57,19 +92,9 @@ StepStatus speculative_row(const T* pi, const T* q, const std::int64_t* draft, s
   for (std::size_t j = 0; j < k; ++j) {
     const std::int64_t x = draft[j];
     if (x < 0 || static_cast<std::size_t>(x) >= V) return StepStatus::bad_token;
-    const T* pj = pi + j * V;
-    const T* qj = q + j * V;
-    if (u[2 * j] * static_cast<double>(qj[x]) < static_cast<double>(pj[x])) {
-      out[j] = x;
-      continue;
-    }
-    const auto residual = [&](std::size_t i) {
-      return std::max(static_cast<double>(pj[i]) - static_cast<double>(qj[i]), 0.0);
-    };
-    std::int64_t y = inverse_cdf(residual, V, u[2 * j + 1]);
-    if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, u[2 * j + 1]);
-    out[j] = y;
-    return StepStatus::ok;
+    bool accepted;
+    out[j] = decide(pi + j * V, q + j * V, x, u + 2 * j, V, accepted);
+    if (!accepted) return StepStatus::ok;
   }
   out[k] = bonus;
   return StepStatus::ok;
@@ -89,6 +114,120 @@ void speculative_batch(const T* pi, const T* q, const std::int64_t* draft, const
         speculative_row(pi + r * k * V, q + r * k * V, draft + r * k, bonus[r], u + r * k * 2, k, V, out + r * (k + 1)));
   }
   (void)threads;
+}
+
+// ---------------------------------------------------------------- solve and verify in one call
+
+// π of one position into pi: solve's budget mode; with keep (zeros = "keep") and f∞ < ∞, a row
+// whose optimum continued onto {p = 0} (t_hi = ∞) is solved again at the end of the finite curve,
+// acceptance 1 − Q0 (Q0 = Σ_{p_i = 0} q_i / Σq), the least divergence reaching it, and π is set
+// to 0 on {p = 0}: the optimum with those zeros as constraints (docs/theory.md §8), as
+// mentored.speculative.solve_pi does for the rows it is given.
+template <class T, class F>
+Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, double eps, bool keep, T* pi) {
+  RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
+  Status st = solve_row(row, f, p, q, V, Mode::budget, eps, pi, r);
+  if (st != Status::ok || !keep || !(f.f_inf < kInf) || !std::isinf(r.t_hi)) return st;
+  double q0 = 0.0, sq = 0.0;
+  for (std::size_t i = 0; i < V; ++i) {
+    const double qi = static_cast<double>(q[i]);
+    sq += qi;
+    if (p[i] == T(0)) q0 += qi;
+  }
+  const double a = std::min(std::max(1.0 - q0 / sq, 0.0), 1.0);
+  st = solve_row(row, f, p, q, V, Mode::acceptance, a, pi, r);
+  if (st != Status::ok) return st;
+  for (std::size_t i = 0; i < V; ++i)
+    if (p[i] == T(0)) pi[i] = T(0);
+  return Status::ok;
+}
+
+// Status of rows that no decision reads (after a rejection): checked as a solve would check them
+// (finite, nonnegative, a positive sum), so that bad input is never answered silently.
+template <class T>
+Status check_row(const T* x, std::size_t V) {
+  double st[3];
+  stats_pass(x, V, st);
+  if (!(st[1] >= 0.0 && st[2] < kInf && st[0] < kInf)) return Status::bad_value;
+  if (!(st[0] > 0.0)) return Status::zero_row;
+  return Status::ok;
+}
+
+// Where a step failed: request b, position j (−1 when not yet known), and the status.
+struct StepError {
+  StepStatus status = StepStatus::ok;
+  std::int64_t position = -1;
+};
+
+// One request of n drafts, rows p (its first n rows are read), q [n, V]; pi: a scratch row [V].
+// out [width] (width ≥ n + 1) is filled with −1, then the accepted drafts, the residual token at
+// the first rejection, or the bonus at column n. Positions are solved only when reached.
+template <class T, class F, class O>
+StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const std::int64_t* draft, std::size_t n,
+                         std::int64_t bonus, const double* u, const double* eps, std::size_t eps_step, std::size_t V,
+                         bool keep, T* pi, O* out, std::size_t width) {
+  for (std::size_t j = 0; j < width; ++j) out[j] = O(-1);
+  for (std::size_t j = 0; j < n; ++j)
+    if (draft[j] < 0 || static_cast<std::size_t>(draft[j]) >= V) return {StepStatus::bad_token, static_cast<std::int64_t>(j)};
+  if (bonus < 0 || static_cast<std::size_t>(bonus) >= V) return {StepStatus::bad_bonus, static_cast<std::int64_t>(n)};
+  for (std::size_t j = 0; j < n; ++j) {
+    const T* pj = p + j * V;
+    const T* qj = q + j * V;
+    const Status st = solve_position(row, f, pj, qj, V, eps[j * eps_step], keep, pi);
+    if (st != Status::ok) return {step_status(st), static_cast<std::int64_t>(j)};
+    bool accepted;
+    out[j] = static_cast<O>(decide(pi, qj, draft[j], u + 2 * j, V, accepted));
+    if (accepted) continue;
+    for (std::size_t l = j + 1; l < n; ++l) {
+      Status rest = check_row(p + l * V, V);
+      if (rest == Status::ok) rest = check_row(q + l * V, V);
+      if (rest != Status::ok) return {step_status(rest), static_cast<std::int64_t>(l)};
+    }
+    return {};
+  }
+  out[n] = static_cast<O>(bonus);
+  return {};
+}
+
+// A batch of B requests in the flattened layout: request b owns n[b] consecutive rows of q, draft,
+// u (2 per row) and eps (or one budget for all: eps_step = 0) from start_b = Σ_{c<b} n[c], and rows
+// start_b + b·extra of p (extra = 1
+// when p holds a bonus-position row after each request's drafts, as speculative_step's target
+// does; 0 otherwise). out [B, width]. Returns the first request that failed (B if none) and
+// its error. OpenMP over requests; each thread solves into its own scratch row.
+template <class T, class F, class O>
+std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t* draft, const std::int64_t* n,
+                         const std::int64_t* bonus, const double* u, const double* eps, std::size_t eps_step,
+                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int threads, O* out, std::size_t width, StepError& error) {
+  std::vector<std::size_t> start(B + 1, 0);
+  for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(n[b]);
+  std::vector<StepError> errors(B);
+  const int nt = batch_threads(threads, B, B ? start[B] * V / B : 0);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt) if (nt > 1)
+#endif
+  {
+    OneShot& row = thread_workspace();
+    static thread_local std::vector<T> scratch;
+    if (scratch.size() < V) scratch.resize(V);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+    for (long long bb = 0; bb < static_cast<long long>(B); ++bb) {
+      const std::size_t b = static_cast<std::size_t>(bb), s = start[b];
+      errors[b] = verify_request(row, f, p + (s + b * extra) * V, q + s * V, draft + s, static_cast<std::size_t>(n[b]),
+                                 bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width, width);
+    }
+    row.trim(kKeepTokens);
+    if (scratch.size() > kKeepTokens) std::vector<T>().swap(scratch);
+  }
+  (void)nt;
+  for (std::size_t b = 0; b < B; ++b)
+    if (errors[b].status != StepStatus::ok) {
+      error = errors[b];
+      return b;
+    }
+  return B;
 }
 
 }  // namespace mentored
