@@ -212,7 +212,7 @@ def test_verify_statuses_name_request_and_position():
     q[2] = [0.7, 0.1, 0.1, 0.1]  # request 1 drafts token 0 there: rejected at u0 = 0.999
     u = np.full((5, 2), 0.999)
     u[0] = 0.0
-    kl = mentored.divergence("kl")._code
+    kl = mentored.divergence("kl").compiled
     kw = dict(num_draft=[2, 3], bonus=np.array([0, 1]), u=u, eps=np.array([0.1]))
 
     def run(p=p, q=q, draft=np.array([0, 1, 0, 3, 2])):
