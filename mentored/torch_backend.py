@@ -27,6 +27,8 @@ device path").
 from __future__ import annotations
 
 import math
+import weakref
+from typing import Callable, NamedTuple
 
 import numpy as np
 try:
@@ -44,37 +46,141 @@ _INF = math.inf
 _FAR = 1e100  # ratios above this: D terms from π and p (docs/reliability.md, denormal targets)
 
 
-# Tilted generators f̃(t) = f(t) − f'(1)(t − 1) ≥ 0 (same D on the simplex, no cancellation),
-# with their f̃∞, as in cpp/mentored/generators.hpp.
+class _Forms(NamedTuple):
+    """A divergence in torch: f̃(t) = f(t) − c(t − 1) ≥ 0, the perspective p·f̃(π/p) for p > 0, and f̃∞."""
+
+    f_tilde: Callable[[torch.Tensor], torch.Tensor]
+    perspective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    f_inf_tilde: float
+
+
+# The built-ins' tilted generators, written for accuracy as in cpp/mentored/generators.hpp, and their
+# perspectives p f̃(π/p) without forming π/p (which overflows when p is denormal).
+def _neyman_perspective(pi, p):
+    return torch.where(pi > 0, (pi - p) ** 2 / torch.where(pi > 0, pi, 1.0), _INF)
+
+
+def _js_tilde(t):
+    return 0.5 * (torch.xlogy(t, 2 * t / (1 + t)) + torch.log(2 / (1 + t)))
+
+
+def _js_perspective(pi, p):
+    m = pi + p
+    return 0.5 * (torch.xlogy(pi, 2 * pi / m) + p * torch.log(2 * p / m))
+
+
+_BUILTIN_FORMS = {
+    "tv": _Forms(lambda t: 0.5 * (t - 1).abs(), lambda pi, p: 0.5 * (pi - p).abs(), 0.5),
+    "kl": _Forms(lambda t: torch.xlogy(t, t) - t + 1, lambda pi, p: torch.xlogy(pi, pi) - pi * torch.log(p) - pi + p, _INF),
+    "reverse_kl": _Forms(lambda t: -torch.log(t) + t - 1, lambda pi, p: p * (torch.log(p) - torch.log(pi)) + pi - p, 1.0),
+    "chi2": _Forms(lambda t: (t - 1) ** 2, lambda pi, p: (pi - p) ** 2 / p, _INF),
+    "neyman_chi2": _Forms(lambda t: (t - 1) ** 2 / t, _neyman_perspective, 1.0),
+    "hellinger": _Forms(lambda t: (t.sqrt() - 1) ** 2, lambda pi, p: (pi.sqrt() - p.sqrt()) ** 2, 1.0),
+    "js": _Forms(_js_tilde, _js_perspective, 0.5 * _LN2),
+}
+
+_CUSTOM_FORMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _torch_forms(div) -> _Forms:
+    """The torch forms (f̃, p·f̃(π/p), f̃∞) of a divergence: the one place the torch path learns an f.
+
+    A built-in, recognised by identity (a custom divergence may be called "kl" and be another f),
+    gets its hand-written accurate forms; a :meth:`~mentored.Divergence.from_sympy` divergence gets
+    forms compiled from its sympy analysis (cached per divergence).
+    """
+    div = _divergence(div)
+    if div.name in BUILTIN_NAMES and div is _divergence(div.name):
+        return _BUILTIN_FORMS[div.name]
+    forms = _CUSTOM_FORMS.get(div)
+    if forms is None:
+        forms = _CUSTOM_FORMS[div] = _compile_custom(div)
+    return forms
+
+
+def _reduce(op):
+    def call(*args):
+        ref = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        vals = [a if isinstance(a, torch.Tensor) else torch.as_tensor(float(a), dtype=torch.float64, device=getattr(ref, "device", None)) for a in args]
+        out = vals[0]
+        for v in vals[1:]:
+            out = op(out, v)
+        return out
+
+    return call
+
+
+def _compile_custom(div) -> _Forms:
+    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
+    import sympy as sp
+
+    from .symbolic import _SERIES_RADIUS
+
+    info = div.symbolic
+    if info is None:
+        raise ValueError(
+            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
+            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
+        )
+    t = info.t
+    # Max/Min as plain calls to torch.maximum/minimum (sympy's torch printer maps them to builtins).
+    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
+    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
+    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
+    fn = sp.lambdify(t, expr, modules=[{"mentored_torch_max": _reduce(torch.maximum), "mentored_torch_min": _reduce(torch.minimum)}, "torch"])
+    c, f0, series = float(info.tilt), float(info.f0), tuple(info.series)
+    f_inf_tilde = float(info.f_inf) - c
+    at0 = f0 + c  # f̃(0) = f(0) + c
+    at_inf = _INF if f_inf_tilde > 0 else 0.0
+    radius = _SERIES_RADIUS
+
+    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        inside = (x > 0) & (x < _INF)
+        xs = torch.where(inside, x, 1.0)
+        h = xs - 1.0
+        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
+        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
+            acc = torch.zeros_like(h)
+            for a in reversed(series):
+                acc = (acc + a) * h
+            out = torch.where(h.abs() < radius, acc * h, out)
+        out = torch.where(inside, out, torch.where(x == 0, at0, at_inf))
+        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
+
+    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        r = pi / p
+        out = p * f_tilde(r)
+        if math.isfinite(f_inf_tilde):  # π/p past DBL_MAX (p denormal): the limit π·f̃∞
+            out = torch.where(torch.isinf(r), pi * f_inf_tilde, out)
+        return out
+
+    return _Forms(f_tilde, perspective, f_inf_tilde)
+
+
 def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
-    if name == "tv":
-        return 0.5 * (t - 1).abs()
-    if name == "kl":
-        return torch.xlogy(t, t) - t + 1
-    if name == "reverse_kl":
-        return -torch.log(t) + t - 1
-    if name == "chi2":
-        return (t - 1) ** 2
-    if name == "neyman_chi2":
-        return (t - 1) ** 2 / t
-    if name == "hellinger":
-        return (t.sqrt() - 1) ** 2
-    if name == "js":
-        return 0.5 * (torch.xlogy(t, 2 * t / (1 + t)) + torch.log(2 / (1 + t)))
-    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
-
-
-_F_INF_TILDE = {"tv": 0.5, "kl": _INF, "reverse_kl": 1.0, "chi2": _INF, "neyman_chi2": 1.0, "hellinger": 1.0, "js": 0.5 * _LN2}
+    """f̃ of a built-in by name (the serving module's D terms)."""
+    if name not in _BUILTIN_FORMS:
+        raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+    return _BUILTIN_FORMS[name].f_tilde(t)
 
 
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
 _UP = 2.0**128
+_REST = 0x4000000000000000  # the int64 bits of 2.0: the sort key of tokens on neither side
 # The budget search: (points per step, steps), the bracket shrinking by the first each step, to 2⁻⁷²
 # of the curve's length (finer than the 64 halvings of [0, s_max] it replaces). On a GPU few wide
 # steps (each is ~40 kernel launches); on a CPU narrow ones, whose small ops stay on the calling
 # thread (torch runs searchsorted in parallel past 200 queries, and a busy machine stalls that).
 _SEARCH = {"cpu": (16, 18)}
 _SEARCH_DEVICE = (256, 9)
+
+
+def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """out[..., 0] = 0, out[..., j] = Σ_{i<j} x[..., i]: (…, V + 1), without a concatenation."""
+    out = x.new_empty(x.shape[:-1] + (x.shape[-1] + 1,))
+    out[..., 0] = 0.0
+    torch.cumsum(x, -1, out=out[..., 1:])
+    return out
 
 
 class _Rows:
@@ -92,85 +198,97 @@ class _Rows:
     division, and D_f(π(s)‖p) is O(1) per row from the tables (``divergence``). The budget search
     evaluates D at many points per row per step (``_SEARCH``). Nothing is read back to the host.
 
-    Ratios of the upper side past DBL_MAX (p denormal next to q) are ordered by their scaled value
-    r·2⁻¹²⁸; their terms p f̃(r) are taken in perspective form from (q, p), and the capped group's
-    P_hi·f̃(t_hi) from (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
+    The sort is on int64 keys, the bit patterns of the nonnegative float64 ratios (order-preserving,
+    and faster to sort than floats): r on the lower side, the complement of the bits of r·2⁻¹²⁸ on the
+    upper side (negative, so first, and descending), the bits of 2.0 elsewhere. Ratios of the upper
+    side past DBL_MAX (p denormal next to q) are ordered by their scaled value r·2⁻¹²⁸; their terms
+    p f̃(r) are taken in perspective form from (q, p), and the capped group's P_hi·f̃(t_hi) from
+    (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
     """
 
-    def __init__(self, p: torch.Tensor, q: torch.Tensor, name: str):
-        self.p, self.q, self.name = p, q, name
+    def __init__(self, p: torch.Tensor, q: torch.Tensor, divergence):
+        self.forms = forms = divergence if isinstance(divergence, _Forms) else _torch_forms(divergence)
+        self.p, self.q = p, q
+        R, V = p.shape
         up = (q > p) & (p > 0)
         lo = q < p  # implies p > 0
-        r = q / p  # inf or NaN where p = 0: those tokens are keyed by the masks alone
-        u = torch.where(torch.isfinite(r), r * _DOWN, (q * _DOWN) / p)  # r·2⁻¹²⁸, also where r overflows
-        key = torch.where(up, u.neg_(), torch.where(lo, r, 2.0))
-        del r, u
+        # r·2⁻¹²⁸ as q/(p·2¹²⁸): the same double wherever r is finite, and finite where r overflows.
+        u = q / (p * _UP)
+        key = torch.where(lo, (q / p).view(torch.int64), _REST)
+        key = torch.where(up, u.view(torch.int64).bitwise_not_(), key)
+        del u, up, lo
         key, order = torch.sort(key, dim=-1)
         ps, qs = p.gather(-1, order), q.gather(-1, order)
         del order
+        bounds = torch.tensor([0, _REST], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
+        ends = torch.searchsorted(key, bounds)
+        self.n_hi, self.n_end = ends[:, 0], ends[:, 1]  # the upper side is [0, n_hi), the lower [n_hi, n_end)
         in_hi = key < 0
-        in_lo = (key >= 0) & (key < 1.5)
-        R = p.shape[0]
-        self.q0 = torch.where(p > 0, 0.0, q).sum(-1)
+        in_lo = (key >= 0) & (key < _REST)
+        # |key| as floats: r·2⁻¹²⁸ on the upper side, r on the lower, 2 elsewhere.
+        self.key = kabs = torch.where(in_hi, key.bitwise_not(), key).view(torch.float64)
+        del key
+        self.q0 = q.masked_fill(p > 0, 0.0).sum(-1)
         self.tv = (p - q).clamp_(min=0).sum(-1)
         self.d_up = self.tv - self.q0
-        zero = torch.zeros((R, 1, 2), dtype=p.dtype, device=p.device)
-        # Exclusive prefix sums, (R, V + 1, 2) of (p, q): the upper side starts at index 0, so the plain
-        # sums are its own; the lower side's are masked to it.
-        pq = torch.stack([ps, qs], -1)
-        self.E_hi = torch.cat([zero, pq.cumsum(1)], 1)
-        pq.mul_(in_lo[..., None])
-        self.E_lo = torch.cat([zero, pq.cumsum(1)], 1)
-        del pq
-        # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal).
-        F = torch.where(in_hi | in_lo, _perspective(name, qs, torch.where(in_hi | in_lo, ps, 1.0)), 0.0)
-        del ps, qs
-        # Suffix sums of F on each side, (R, V + 1, 2): column 0 the upper side, column 1 the lower.
-        FF = torch.stack([torch.where(in_hi, F, 0.0), F.masked_fill_(~in_lo, 0.0)], -1).flip(1)  # F may be inf: no 0·inf
+        # Exclusive prefix sums (R, V + 1): the upper side starts at index 0, so the plain sums are its
+        # own; the lower side's are of its tokens alone (zero before it and constant after it).
+        self.Ehp, self.Ehq = _exclusive_cumsum(ps), _exclusive_cumsum(qs)
+        # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal);
+        # NaN or inf on tokens of neither side, which the masks below drop (a where, not 0·inf).
+        F = forms.perspective(qs, ps)
+        FF = torch.empty((2, R, V), dtype=p.dtype, device=p.device)
+        zero = F.new_zeros(())
+        torch.where(in_hi, F, zero, out=FF[0])
+        torch.where(in_lo, F, zero, out=FF[1])
         del F
-        self.S = torch.cat([FF.cumsum_(1).flip(1), zero], 1)
+        # Suffix sums of F on each side, from ratio 1 outward, held reversed (2, R, V + 1): the sum
+        # over positions ≥ j is at column V − j (``_suffix``).
+        self.S = _exclusive_cumsum(FF.flip(-1))
         del FF
-        # Breakpoints. Lower: g_k = r_k P_{<k} − Q_{<k} (nondecreasing); t_lo solves g(t) = TV − s.
-        # Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side); t_hi solves
-        # h(t) = D_up − s. Outside its side each is −inf/+inf, so that one searchsorted on the whole
-        # row counts the side's breakpoints below a level; cummax absorbs rounding.
-        g = torch.addcmul(-self.E_lo[:, :-1, 1], key, self.E_lo[:, :-1, 0])
-        g = torch.where(in_lo, g, torch.where(in_hi, -_INF, _INF))
-        self.g = g.cummax(-1).values
-        del g
-        # r_m P_{<m} as u_m·(P·2¹²⁸) with u = −key on the upper side: finite past DBL_MAX.
-        h = torch.addcmul(self.E_hi[:, :-1, 1], key, self.E_hi[:, :-1, 0] * _UP)
-        self.h = torch.where(in_hi, h, _INF).cummax(-1).values
+        self.Elp = _exclusive_cumsum(ps.masked_fill_(~in_lo, 0.0))
+        self.Elq = _exclusive_cumsum(qs.masked_fill_(~in_lo, 0.0))
+        del ps, qs
+        # Breakpoints. Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
+        # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and 2 P_lo − Q_lo above every
+        # lower value past it, so one searchsorted on the row, raised to n_hi, finds the lower side's
+        # breakpoint. Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side),
+        # +inf past it; t_hi solves h(t) = D_up − s. A binary search returns a crossing of the level
+        # however rounding perturbs the order, and the answer is clamped to the gap it finds.
+        self.g = torch.mul(kabs, self.Elp[:, :-1]).sub_(self.Elq[:, :-1])
+        # r_m P_{<m} as u_m·(P·2¹²⁸) with u = |key| on the upper side: finite past DBL_MAX.
+        h = torch.addcmul(self.Ehq[:, :-1], kabs, self.Ehp[:, :-1] * _UP, value=-1.0)
+        self.h = torch.where(in_hi, h, _INF)
         del h
-        self.key = key
-        self.n_hi = in_hi.sum(-1)
-        self.n_lo = in_lo.sum(-1)
+
+    def _suffix(self, side: int, j: torch.Tensor) -> torch.Tensor:
+        """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j (R, K)."""
+        return self.S[side].gather(-1, self.key.shape[-1] - j)
 
     def s_max(self, zeros: str = "continue") -> torch.Tensor:
         """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
-        if zeros == "keep" or math.isinf(_F_INF_TILDE[self.name]):
+        if zeros == "keep" or math.isinf(self.forms.f_inf_tilde):
             return torch.minimum(self.tv, self.d_up)
         return self.tv
 
     def _at(self, s: torch.Tensor):
         """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need."""
+        n_hi, n_end = self.n_hi[:, None], self.n_end[:, None]
         c = (self.tv[:, None] - s).clamp(min=0)
-        k = torch.searchsorted(self.g, c)  # index in the row of the first unclipped lower token
-        PL = self.E_lo[..., 0].gather(-1, k)
-        QL = self.E_lo[..., 1].gather(-1, k)
+        k = torch.maximum(torch.searchsorted(self.g, c), n_hi)  # index in the row of the first unclipped lower token
+        PL = self.Elp.gather(-1, k)
+        QL = self.Elq.gather(-1, k)
         t_lo = torch.where(PL > 0, (c + QL) / torch.where(PL > 0, PL, 1.0), 0.0)  # PL = 0 only at s = TV
         # within the gap of sorted ratios found, and in [0, 1]
         V = self.key.shape[-1]
-        first = k <= self.n_hi[:, None]
-        r_below = torch.where(first, 0.0, self.key.gather(-1, (k - 1).clamp(min=0)))
-        last = k >= (self.n_hi + self.n_lo)[:, None]
-        r_above = torch.where(last, 1.0, self.key.gather(-1, k.clamp(max=V - 1)))
+        r_below = torch.where(k <= n_hi, 0.0, self.key.gather(-1, (k - 1).clamp(min=0)))
+        r_above = torch.where(k >= n_end, 1.0, self.key.gather(-1, k.clamp(max=V - 1)))
         t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp(0.0, 1.0)
         t_lo = torch.where(s <= 0, 1.0, t_lo)
         c2 = self.d_up[:, None] - s
         m = torch.searchsorted(self.h, c2, right=True)  # capped upper tokens
-        PH = self.E_hi[..., 0].gather(-1, m)
-        QH = self.E_hi[..., 1].gather(-1, m)
+        PH = self.Ehp.gather(-1, m)
+        QH = self.Ehq.gather(-1, m)
         open_end = (c2 <= 0) | (PH <= 0)
         m = torch.where(open_end, 0, m)  # nothing capped: every upper token is at q
         one = torch.ones_like(PH)
@@ -186,19 +304,19 @@ class _Rows:
     def divergence(self, s: torch.Tensor, at=None) -> torch.Tensor:
         """D_f(π(s)‖p) at s (R, K), O(log V) per point (docs/theory.md §4)."""
         a = at or self._at(s)
-        name = self.name
+        f_tilde, perspective = self.forms.f_tilde, self.forms.perspective
         PL, t_lo = a["PL"], a["t_lo"]
-        d = torch.where(PL > 0, PL * _f_tilde(name, t_lo), 0.0)
-        d = d + self.S[..., 1].gather(-1, a["k"]) + self.S[..., 0].gather(-1, a["m"])
+        d = torch.where(PL > 0, PL * f_tilde(t_lo), 0.0)
+        d = d + self._suffix(1, a["k"]) + self._suffix(0, a["m"])
         num, den, t_hi, open_end = a["num"], a["den"], a["t_hi"], a["open_end"]
         near = t_hi <= _FAR
-        capped = torch.where(near, den * _f_tilde(name, torch.where(near, t_hi, 1.0)), _perspective(name, num, den))
+        capped = torch.where(near, den * f_tilde(torch.where(near, t_hi, 1.0)), perspective(num, den))
         d = d + torch.where(open_end | (a["m"] == 0), 0.0, capped)
         return d + self._tail(s)
 
     def _tail(self, s: torch.Tensor) -> torch.Tensor:
         extra = (s - self.d_up[:, None]).clamp(min=0)
-        f_inf = _F_INF_TILDE[self.name]
+        f_inf = self.forms.f_inf_tilde
         return torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
 
     def search(self, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
@@ -260,60 +378,46 @@ class _Point:
         """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0."""
         shape = (-1,) + (1,) * (p.ndim - 1)
         t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
-        # p_i·t_hi, without forming t_hi where it overflows; ≥ p_i since t_hi ≥ 1.
-        cap = torch.where(torch.isfinite(t_hi), p * t_hi, (p / den) * num)
-        cap = torch.where(open_end, _INF, cap)
-        body = torch.maximum(t_lo * p, torch.minimum(q, cap))
+        # p_i·t_hi as (p_i/d)·m: d = 1, m = t_hi where t_hi is finite (the same product), else
+        # (den, num), so that nothing overflows where t_hi does; m = inf when nothing is capped.
+        finite = torch.isfinite(t_hi)
+        d = torch.where(finite, 1.0, den)
+        m = torch.where(open_end, _INF, torch.where(finite, t_hi, num))
+        cap = (p / d).mul_(m)
+        # max(t_lo p, min(q, cap)) as one clamp, since t_lo p ≤ p ≤ cap; where p = 0 the cap is NaN.
+        body = torch.clamp(q, min=t_lo * p, max=cap)
         return torch.where(p > 0, body, q * z)
-
-
-def _perspective(name: str, pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """p f̃(π/p) for p > 0 without forming π/p (which overflows when p is denormal)."""
-    if name == "tv":
-        return 0.5 * (pi - p).abs()
-    if name == "kl":
-        return torch.xlogy(pi, pi) - pi * torch.log(p) - pi + p
-    if name == "reverse_kl":
-        return p * (torch.log(p) - torch.log(pi)) + pi - p
-    if name == "chi2":
-        return (pi - p) ** 2 / p
-    if name == "neyman_chi2":
-        return torch.where(pi > 0, (pi - p) ** 2 / torch.where(pi > 0, pi, 1.0), _INF)
-    if name == "hellinger":
-        return (pi.sqrt() - p.sqrt()) ** 2
-    if name == "js":
-        m = pi + p
-        return 0.5 * (torch.xlogy(pi, 2 * pi / m) + p * torch.log(2 * p / m))
-    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
 
 
 def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
     r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, in torch.
 
     Rows must be distributions, to the same relative tolerance as :func:`mentored.solve` (1e-6 for
-    float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``zeros="keep"`` adds
-    the constraint :math:`\pi_i = 0` where :math:`p_i = 0` (docs/theory.md §8: the curve stops at
-    :math:`s = \mathrm{TV} - Q_0` for every divergence); ``"continue"`` is the problem as stated.
-    Returns :math:`\pi` in the dtype and on the device of ``target`` (computed in float64).
+    float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``divergence`` is a
+    built-in or a :meth:`~mentored.Divergence.from_sympy` divergence (compiled to torch,
+    ``_torch_forms``). ``zeros="keep"`` adds the constraint :math:`\pi_i = 0` where :math:`p_i = 0`
+    (docs/theory.md §8: the curve stops at :math:`s = \mathrm{TV} - Q_0` for every divergence);
+    ``"continue"`` is the problem as stated. Returns :math:`\pi` in the dtype and on the device of
+    ``target`` (computed in float64).
     """
-    name = builtin_name(divergence)
+    forms = _torch_forms(divergence)
     if target.ndim != 2 or target.shape != draft.shape:
         raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
     check_rows(target, "target")
     check_rows(draft, "draft")
     p, q = target.to(torch.float64), draft.to(torch.float64)
     R = p.shape[0]
-    b = np.asarray(budget, dtype=np.float64)
+    b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
         raise ValueError(f"budget must be a scalar or have one value per row ({R}), got shape {b.shape}")
     if np.any(np.isnan(b)) or np.any(b < 0):
         raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
     eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
-    return solve_rows(p, q, name, eps, zeros).to(target.dtype)
+    return solve_rows(p, q, forms, eps, zeros).to(target.dtype)
 
 
 def builtin_name(divergence) -> str:
-    """The name of a built-in divergence, or a ValueError for a custom one."""
+    """The name of a built-in divergence, or a ValueError for a custom one (serving's contract)."""
     div = _divergence(divergence)
     name = div.name
     # By identity, not by name: a custom divergence may be called "kl" and still be another f.
@@ -334,6 +438,12 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
     ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
     """
     flat = x.reshape(-1, x.shape[-1])
+    rtol = _SUM_RTOL.get(flat.dtype, 1e-6)
+    sums = flat.sum(-1, dtype=torch.float64)
+    # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
+    # ±inf (so not within rtol of 1), and the smallest entry shows a negative one.
+    if bool(((sums - 1).abs() <= rtol).all() & (flat.amin() >= 0)):
+        return
     where = index or (lambda r: f"row {r}")
     bad = ~torch.isfinite(flat).all(-1)
     if bool(bad.any()):
@@ -341,8 +451,6 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
     neg = (flat < 0).any(-1)
     if bool(neg.any()):
         raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
-    rtol = _SUM_RTOL.get(flat.dtype, 1e-6)
-    sums = flat.to(torch.float64).sum(-1)
     off = (sums - 1).abs() > rtol
     if bool(off.any()):
         r = int(off.nonzero()[0, 0])
@@ -351,19 +459,22 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
         )
 
 
-def solve_rows(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
-    """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync."""
-    rows = _Rows(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True), name)
+def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
+    """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync.
+
+    ``divergence``: a name, a :class:`~mentored.Divergence` or its ``_Forms``.
+    """
+    rows = _Rows(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True), divergence)
     return rows.pi(rows.search(eps, zeros))
 
 
-def solve_point(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
+def solve_point(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
     """The thresholds of the optimum per row, for rows (R, V) already normalised, float64.
 
     π of any row or token follows without forming the others (``_Point.pi``). No checks, no host
     synchronisation.
     """
-    rows = _Rows(p, q, name)
+    rows = _Rows(p, q, divergence)
     return rows.point(rows.search(eps, zeros))
 
 
