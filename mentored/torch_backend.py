@@ -56,6 +56,12 @@ class _Forms(NamedTuple):
 
 # The built-ins' tilted generators, written for accuracy as in cpp/mentored/generators.hpp, and their
 # perspectives p f̃(π/p) without forming π/p (which overflows when p is denormal).
+def _kl_perspective(pi, p):
+    # π(log π − log p) − π + p; two logs are cheaper than torch.xlogy on a CPU, and 0·log 0 = 0 by hand
+    out = torch.log(pi).sub_(torch.log(p)).mul_(pi).masked_fill_(pi == 0, 0.0)
+    return out.sub_(pi).add_(p)
+
+
 def _neyman_perspective(pi, p):
     return torch.where(pi > 0, (pi - p) ** 2 / torch.where(pi > 0, pi, 1.0), _INF)
 
@@ -71,7 +77,7 @@ def _js_perspective(pi, p):
 
 _BUILTIN_FORMS = {
     "tv": _Forms(lambda t: 0.5 * (t - 1).abs(), lambda pi, p: 0.5 * (pi - p).abs(), 0.5),
-    "kl": _Forms(lambda t: torch.xlogy(t, t) - t + 1, lambda pi, p: torch.xlogy(pi, pi) - pi * torch.log(p) - pi + p, _INF),
+    "kl": _Forms(lambda t: torch.xlogy(t, t) - t + 1, _kl_perspective, _INF),
     "reverse_kl": _Forms(lambda t: -torch.log(t) + t - 1, lambda pi, p: p * (torch.log(p) - torch.log(pi)) + pi - p, 1.0),
     "chi2": _Forms(lambda t: (t - 1) ** 2, lambda pi, p: (pi - p) ** 2 / p, _INF),
     "neyman_chi2": _Forms(lambda t: (t - 1) ** 2 / t, _neyman_perspective, 1.0),
@@ -166,7 +172,7 @@ def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
 
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
 _UP = 2.0**128
-_REST = 0x4000000000000000  # the int64 bits of 2.0: the sort key of tokens on neither side
+_ONE = 0x3FF0000000000000  # the int64 bits of 1.0: sort keys from it up are tokens of neither side
 # The budget search: (points per step, steps), the bracket shrinking by the first each step, to 2⁻⁷²
 # of the curve's length (finer than the 64 halvings of [0, s_max] it replaces). On a GPU few wide
 # steps (each is ~40 kernel launches); on a CPU narrow ones, whose small ops stay on the calling
@@ -175,12 +181,15 @@ _SEARCH = {"cpu": (16, 18)}
 _SEARCH_DEVICE = (256, 9)
 
 
-def _exclusive_cumsum(x: torch.Tensor) -> torch.Tensor:
-    """out[..., 0] = 0, out[..., j] = Σ_{i<j} x[..., i]: (…, V + 1), without a concatenation."""
-    out = x.new_empty(x.shape[:-1] + (x.shape[-1] + 1,))
-    out[..., 0] = 0.0
-    torch.cumsum(x, -1, out=out[..., 1:])
-    return out
+def _sort_rows(key: torch.Tensor):
+    """torch.sort of each row (stable): on a CPU one row at a time, several times faster than the
+    batched sort there (a 1-D sort takes torch's fast path); on a GPU one batched call."""
+    if key.device.type != "cpu":
+        return torch.sort(key, dim=-1, stable=True)
+    values, order = torch.empty_like(key), torch.empty_like(key)
+    for r in range(key.shape[0]):
+        torch.sort(key[r], stable=True, out=(values[r], order[r]))
+    return values, order
 
 
 class _Rows:
@@ -200,7 +209,8 @@ class _Rows:
 
     The sort is on int64 keys, the bit patterns of the nonnegative float64 ratios (order-preserving,
     and faster to sort than floats): r on the lower side, the complement of the bits of r·2⁻¹²⁸ on the
-    upper side (negative, so first, and descending), the bits of 2.0 elsewhere. Ratios of the upper
+    upper side (negative, so first, and descending), the bits of r elsewhere (1, inf or NaN, all past
+    the lower side's). Ratios of the upper
     side past DBL_MAX (p denormal next to q) are ordered by their scaled value r·2⁻¹²⁸; their terms
     p f̃(r) are taken in perspective form from (q, p), and the capped group's P_hi·f̃(t_hi) from
     (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
@@ -210,60 +220,70 @@ class _Rows:
         self.forms = forms = divergence if isinstance(divergence, _Forms) else _torch_forms(divergence)
         self.p, self.q = p, q
         R, V = p.shape
-        up = (q > p) & (p > 0)
-        lo = q < p  # implies p > 0
-        # r·2⁻¹²⁸ as q/(p·2¹²⁸): the same double wherever r is finite, and finite where r overflows.
-        u = q / (p * _UP)
-        key = torch.where(lo, (q / p).view(torch.int64), _REST)
-        key = torch.where(up, u.view(torch.int64).bitwise_not_(), key)
-        del u, up, lo
-        key, order = torch.sort(key, dim=-1)
+        # Few passes and few fresh (R, V) buffers: on a CPU each new buffer costs its page faults.
+        pos = p > 0
+        up = (q > p) & pos
+        buf = torch.div(q, p)  # r: inf or NaN where p = 0, sorted after the lower side by its bits
+        u = torch.mul(p, _UP)
+        torch.div(q, u, out=u)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
+        key = buf.view(torch.int64)
+        torch.where(up, u.view(torch.int64).bitwise_not_(), key, out=key)
+        del u, up
+        skey, order = _sort_rows(key)
         ps, qs = p.gather(-1, order), q.gather(-1, order)
         del order
-        bounds = torch.tensor([0, _REST], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
-        ends = torch.searchsorted(key, bounds)
+        bounds = torch.tensor([0, _ONE], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
+        ends = torch.searchsorted(skey, bounds)
         self.n_hi, self.n_end = ends[:, 0], ends[:, 1]  # the upper side is [0, n_hi), the lower [n_hi, n_end)
-        in_hi = key < 0
-        in_lo = (key >= 0) & (key < _REST)
-        # |key| as floats: r·2⁻¹²⁸ on the upper side, r on the lower, 2 elsewhere.
-        self.key = kabs = torch.where(in_hi, key.bitwise_not(), key).view(torch.float64)
-        del key
-        self.q0 = q.masked_fill(p > 0, 0.0).sum(-1)
-        self.tv = (p - q).clamp_(min=0).sum(-1)
+        in_hi = skey < 0
+        in_lo = (skey < _ONE) & ~in_hi
+        # |key| as floats: r·2⁻¹²⁸ on the upper side (the complement undone), r on the lower, and
+        # past it 1, inf (p = 0 < q) or NaN (p = q = 0), which every search below reads as +inf.
+        skey.bitwise_xor_(skey >> 63)
+        self.key = kabs = skey.view(torch.float64)
+        del skey
+        self.tv = torch.sub(p, q, out=buf).clamp_(min=0).sum(-1)
+        self.q0 = q.masked_fill(pos, 0.0).sum(-1)
         self.d_up = self.tv - self.q0
-        # Exclusive prefix sums (R, V + 1): the upper side starts at index 0, so the plain sums are its
-        # own; the lower side's are of its tokens alone (zero before it and constant after it).
-        self.Ehp, self.Ehq = _exclusive_cumsum(ps), _exclusive_cumsum(qs)
+        del buf
+        # Inclusive prefix sums (R, V) (``_before`` reads the exclusive ones): the upper side starts at
+        # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
+        self.Chp, self.Chq = ps.cumsum(-1), qs.cumsum(-1)
         # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal);
         # NaN or inf on tokens of neither side, which the masks below drop (a where, not 0·inf).
-        F = forms.perspective(qs, ps)
-        FF = torch.empty((2, R, V), dtype=p.dtype, device=p.device)
+        # Its suffix sums on each side, from ratio 1 outward, are held reversed (2, R, V): the sum over
+        # positions ≥ j at column V − 1 − j (``_suffix``).
+        F = forms.perspective(qs, ps).flip(-1)
+        FF = F.new_empty((2, R, V))
         zero = F.new_zeros(())
-        torch.where(in_hi, F, zero, out=FF[0])
-        torch.where(in_lo, F, zero, out=FF[1])
+        torch.where(in_hi.flip(-1), F, zero, out=FF[0])
+        torch.where(in_lo.flip(-1), F, zero, out=FF[1])
         del F
-        # Suffix sums of F on each side, from ratio 1 outward, held reversed (2, R, V + 1): the sum
-        # over positions ≥ j is at column V − j (``_suffix``).
-        self.S = _exclusive_cumsum(FF.flip(-1))
-        del FF
-        self.Elp = _exclusive_cumsum(ps.masked_fill_(~in_lo, 0.0))
-        self.Elq = _exclusive_cumsum(qs.masked_fill_(~in_lo, 0.0))
-        del ps, qs
-        # Breakpoints. Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
-        # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and 2 P_lo − Q_lo above every
-        # lower value past it, so one searchsorted on the row, raised to n_hi, finds the lower side's
+        self.S = FF.cumsum_(-1)
+        out_lo = ~in_lo
+        self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum(-1)
+        self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum(-1)
+        del ps, qs, out_lo
+        # Breakpoints (token k itself adds r_k p_k − q_k = 0, so the inclusive sums serve).
+        # Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
+        # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and P_lo − Q_lo = TV, inf or NaN
+        # past it, so one searchsorted on the row, clamped to [n_hi, n_end], finds the lower side's
         # breakpoint. Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side),
         # +inf past it; t_hi solves h(t) = D_up − s. A binary search returns a crossing of the level
         # however rounding perturbs the order, and the answer is clamped to the gap it finds.
-        self.g = torch.mul(kabs, self.Elp[:, :-1]).sub_(self.Elq[:, :-1])
+        self.g = torch.mul(kabs, self.Clp).sub_(self.Clq)
         # r_m P_{<m} as u_m·(P·2¹²⁸) with u = |key| on the upper side: finite past DBL_MAX.
-        h = torch.addcmul(self.Ehq[:, :-1], kabs, self.Ehp[:, :-1] * _UP, value=-1.0)
-        self.h = torch.where(in_hi, h, _INF)
-        del h
+        self.h = torch.addcmul(self.Chq, kabs, self.Chp * _UP, value=-1.0).masked_fill_(~in_hi, _INF)
 
     def _suffix(self, side: int, j: torch.Tensor) -> torch.Tensor:
-        """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j (R, K)."""
-        return self.S[side].gather(-1, self.key.shape[-1] - j)
+        """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j ∈ [0, V] (R, K)."""
+        i = self.key.shape[-1] - 1 - j
+        return torch.where(i >= 0, self.S[side].gather(-1, i.clamp(min=0)), 0.0)
+
+    @staticmethod
+    def _before(C: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        """Σ_{i < j} from the inclusive prefix sums C, at positions j ∈ [0, V] (R, K)."""
+        return torch.where(j > 0, C.gather(-1, (j - 1).clamp(min=0)), 0.0)
 
     def s_max(self, zeros: str = "continue") -> torch.Tensor:
         """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
@@ -275,9 +295,9 @@ class _Rows:
         """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need."""
         n_hi, n_end = self.n_hi[:, None], self.n_end[:, None]
         c = (self.tv[:, None] - s).clamp(min=0)
-        k = torch.maximum(torch.searchsorted(self.g, c), n_hi)  # index in the row of the first unclipped lower token
-        PL = self.Elp.gather(-1, k)
-        QL = self.Elq.gather(-1, k)
+        k = torch.searchsorted(self.g, c).clamp_(min=n_hi, max=n_end)  # index in the row of the first unclipped lower token
+        PL = self._before(self.Clp, k)
+        QL = self._before(self.Clq, k)
         t_lo = torch.where(PL > 0, (c + QL) / torch.where(PL > 0, PL, 1.0), 0.0)  # PL = 0 only at s = TV
         # within the gap of sorted ratios found, and in [0, 1]
         V = self.key.shape[-1]
@@ -287,8 +307,8 @@ class _Rows:
         t_lo = torch.where(s <= 0, 1.0, t_lo)
         c2 = self.d_up[:, None] - s
         m = torch.searchsorted(self.h, c2, right=True)  # capped upper tokens
-        PH = self.Ehp.gather(-1, m)
-        QH = self.Ehq.gather(-1, m)
+        PH = self._before(self.Chp, m)
+        QH = self._before(self.Chq, m)
         open_end = (c2 <= 0) | (PH <= 0)
         m = torch.where(open_end, 0, m)  # nothing capped: every upper token is at q
         one = torch.ones_like(PH)
@@ -374,8 +394,10 @@ class _Point:
     def take(self, rows: torch.Tensor) -> "_Point":
         return _Point(*(x[rows] for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)))
 
-    def pi(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0."""
+    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None) -> torch.Tensor:
+        """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0.
+
+        ``dtype``: of the result (default p's), rounded once from the float64 values."""
         shape = (-1,) + (1,) * (p.ndim - 1)
         t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
         # p_i·t_hi as (p_i/d)·m: d = 1, m = t_hi where t_hi is finite (the same product), else
@@ -385,8 +407,10 @@ class _Point:
         m = torch.where(open_end, _INF, torch.where(finite, t_hi, num))
         cap = (p / d).mul_(m)
         # max(t_lo p, min(q, cap)) as one clamp, since t_lo p ≤ p ≤ cap; where p = 0 the cap is NaN.
-        body = torch.clamp(q, min=t_lo * p, max=cap)
-        return torch.where(p > 0, body, q * z)
+        low = t_lo * p
+        body = torch.clamp(q, min=low, max=cap, out=cap)
+        out = torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
+        return out if dtype is None else out.to(dtype)
 
 
 def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
@@ -403,9 +427,10 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     forms = _torch_forms(divergence)
     if target.ndim != 2 or target.shape != draft.shape:
         raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
-    check_rows(target, "target")
-    check_rows(draft, "draft")
-    p, q = target.to(torch.float64), draft.to(torch.float64)
+    sp_ = check_rows(target, "target")
+    sq_ = check_rows(draft, "draft")
+    # normalised and widened to float64 in one pass each (a float32 row divided by its float64 sum)
+    p, q = torch.div(target, sp_[:, None]), torch.div(draft, sq_[:, None])
     R = p.shape[0]
     b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
@@ -413,7 +438,8 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     if np.any(np.isnan(b)) or np.any(b < 0):
         raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
     eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
-    return solve_rows(p, q, forms, eps, zeros).to(target.dtype)
+    rows = _Rows(p, q, forms)
+    return rows.point(rows.search(eps, zeros)).pi(p, q, dtype=target.dtype)
 
 
 def builtin_name(divergence) -> str:
@@ -432,8 +458,10 @@ def builtin_name(divergence) -> str:
 _SUM_RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}  # as mentored._validate, per dtype
 
 
-def check_rows(x: torch.Tensor, name: str, index=None) -> None:
+def check_rows(x: torch.Tensor, name: str, index=None) -> torch.Tensor:
     """Finite, nonnegative rows summing to 1 (relative tolerance per dtype, as numpy's); host sync.
+
+    Returns the row sums, float64 (…,) flattened to (rows,).
 
     ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
     """
@@ -443,7 +471,7 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
     # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
     # ±inf (so not within rtol of 1), and the smallest entry shows a negative one.
     if bool(((sums - 1).abs() <= rtol).all() & (flat.amin() >= 0)):
-        return
+        return sums
     where = index or (lambda r: f"row {r}")
     bad = ~torch.isfinite(flat).all(-1)
     if bool(bad.any()):
@@ -457,6 +485,7 @@ def check_rows(x: torch.Tensor, name: str, index=None) -> None:
         raise ValueError(
             f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}"
         )
+    return sums
 
 
 def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
