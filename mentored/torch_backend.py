@@ -26,6 +26,7 @@ device path").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from typing import Callable, NamedTuple
@@ -150,7 +151,7 @@ def _compile_custom(div) -> _Forms:
             for a in reversed(series):
                 acc = (acc + a) * h
             out = torch.where(h.abs() < radius, acc * h, out)
-        out = torch.where(inside, out, torch.where(x == 0, at0, at_inf))
+        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
         return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
 
     def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -223,7 +224,9 @@ class _Rows:
         # Few passes and few fresh (R, V) buffers: on a CPU each new buffer costs its page faults.
         pos = p > 0
         up = (q > p) & pos
-        buf = torch.div(q, p)  # r: inf or NaN where p = 0, sorted after the lower side by its bits
+        # r: inf or NaN where p = 0, sorted after the lower side by its bits (abs: 0/0 is a NaN with
+        # the sign bit set on x86, whose bits would sort first)
+        buf = torch.div(q, p).abs_()
         u = torch.mul(p, _UP)
         torch.div(q, u, out=u)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
         key = buf.view(torch.int64)
@@ -566,3 +569,113 @@ def speculative_step(
     q = q.to(dtype)
     pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
     return verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)
+
+
+_CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core
+
+
+def _as_core_input(x):
+    """A CPU tensor as the numpy array sharing its memory (anything else as it is)."""
+    if isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float64):
+        return x.detach().resolve_conj().resolve_neg().numpy()
+    return x
+
+
+def _solve_tensors(solve_np, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
+    """:func:`mentored.solve` for torch tensors: π as a tensor of the target's dtype and device.
+
+    CPU tensors go to the compiled core through numpy views of their memory (no copy when they are
+    contiguous float32/float64); ``out`` may be a CPU tensor. Tensors on another device are solved
+    there by the torch algorithm (``_Rows``), with the Solution's per-row fields read back as numpy.
+    """
+    tensors = [x for x in (target, draft) if isinstance(x, torch.Tensor)]
+    devices = {x.device for x in tensors}
+    if len(devices) > 1 or (len(tensors) == 1 and tensors[0].device.type not in _CORE_DEVICES):
+        raise ValueError(f"target and draft must be on one device, got {_where(target)} and {_where(draft)}")
+    device = devices.pop()
+    if device.type in _CORE_DEVICES:
+        out_np = out.detach().numpy() if isinstance(out, torch.Tensor) else out
+        sol = solve_np(
+            _as_core_input(target), _as_core_input(draft), divergence=divergence, budget=budget, acceptance=acceptance,
+            threads=threads, normalize=normalize, check=check, out=out_np,
+        )
+        pi = out if isinstance(out, torch.Tensor) else torch.from_numpy(sol.pi)
+        return dataclasses.replace(sol, pi=pi)
+    if out is not None:
+        raise ValueError("out= is for CPU tensors and numpy arrays; on another device take Solution.pi")
+    return _solve_on_device(solve_np, target, draft, divergence, budget, acceptance, normalize, check)
+
+
+def _where(x) -> str:
+    return f"{x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _solve_on_device(solve_np, target, draft, divergence, budget, acceptance, normalize, check):
+    from ._solve import Solution, _check, _dual
+    from ._validate import per_row
+
+    div = _divergence(divergence)
+    forms = _torch_forms(div)
+    if (budget is None) == (acceptance is None):
+        raise ValueError("give exactly one of budget= and acceptance=")
+    for name, x in (("target", target), ("draft", draft)):
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} has dtype {x.dtype}; cast it to float32 or float64")
+        if x.ndim not in (1, 2) or x.shape[-1] == 0:
+            raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {tuple(x.shape)}")
+    if target.shape != draft.shape:
+        raise ValueError(f"target and draft must have the same shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
+    squeeze = target.ndim == 1
+    t2, d2 = target.reshape(-1, target.shape[-1]), draft.reshape(-1, draft.shape[-1])
+    if normalize:
+        sums = [_check_normalizable(x, name) for x, name in ((t2, "target"), (d2, "draft"))]
+    else:
+        sums = [check_rows(t2, "target"), check_rows(d2, "draft")]
+    p, q = torch.div(t2, sums[0][:, None]), torch.div(d2, sums[1][:, None])
+    R = p.shape[0]
+    rows = _Rows(p, q, forms)
+    if budget is not None:
+        values = per_row(budget, R, "budget")
+        s = rows.search(torch.as_tensor(values, device=p.device), "continue")
+    else:
+        values = per_row(acceptance, R, "acceptance", upper=1.0)
+        a = torch.as_tensor(values, device=p.device)
+        s = (a - 1 + rows.tv).clamp(min=0)  # A(π(s)) = 1 − TV + s
+        s_max = rows.s_max("continue")
+        far = s > s_max * (1 + 1e-12) + 1e-15
+        if bool(far.any()):  # validation: one read-back
+            r = int(far.nonzero()[0, 0])
+            raise ValueError(
+                f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most reachable is "
+                f"{float(1 - rows.tv[r] + s_max[r])}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
+            )
+        s = torch.minimum(s, s_max)
+    point = rows.point(s)
+    pi64 = point.pi(p, q)
+    D = rows.divergence(s[:, None])[:, 0]
+    acc = torch.minimum(pi64, q).sum(-1)
+    res = torch.stack([s, point.t_lo, point.t_hi, acc, D], -1).cpu().numpy()
+    binding = res[:, 0] < rows.s_max("continue").cpu().numpy() if budget is not None else np.ones(R, dtype=bool)
+    lam, mu = _dual(div, res[:, 1], res[:, 2], binding)
+    fields = dict(acceptance=res[:, 3], divergence=res[:, 4], s=res[:, 0], t_lo=res[:, 1], t_hi=res[:, 2], lam=lam, mu=mu)
+    pi = pi64.to(target.dtype)
+    if check:
+        sol_np = Solution(pi=pi.cpu().numpy().reshape(R, -1), name=div.name, **fields)
+        p_np, q_np = p.cpu().numpy(), q.cpu().numpy()
+        _check(sol_np, p_np, q_np, div, res[:, 4] if budget is None else values, budget is not None)
+    if squeeze:
+        fields = {k: float(v[0]) for k, v in fields.items()}
+        pi = pi[0]
+    return Solution(pi=pi, name=div.name, **fields)
+
+
+def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
+    """normalize=True on a device: finite, nonnegative rows with a positive sum; their float64 sums."""
+    sums = x.sum(-1, dtype=torch.float64)
+    if not bool(torch.isfinite(sums).all() & (x.amin() >= 0)):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or infinite entries")
+        raise ValueError(f"{name} has negative entries")
+    if bool((sums <= 0).any()):
+        raise ValueError(f"{name} has all-zero rows: {int((sums <= 0).nonzero()[0, 0])}")
+    return sums
