@@ -48,11 +48,15 @@ _FAR = 1e100  # ratios above this: D terms from π and p (docs/reliability.md, d
 
 
 class _Forms(NamedTuple):
-    """A divergence in torch: f̃(t) = f(t) − c(t − 1) ≥ 0, the perspective p·f̃(π/p) for p > 0, and f̃∞."""
+    """A divergence in torch: f̃(t) = f(t) − c(t − 1) ≥ 0, the perspective p·f̃(π/p) for p > 0, and f̃∞.
+
+    ``log_ratio_term(q, p, log r)``, optional: p·f̃(r) given log r as well (kl: one log per token
+    instead of the perspective's two)."""
 
     f_tilde: Callable[[torch.Tensor], torch.Tensor]
     perspective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     f_inf_tilde: float
+    log_ratio_term: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 # The built-ins' tilted generators, written for accuracy as in cpp/mentored/generators.hpp, and their
@@ -61,6 +65,11 @@ def _kl_perspective(pi, p):
     # π(log π − log p) − π + p; two logs are cheaper than torch.xlogy on a CPU, and 0·log 0 = 0 by hand
     out = torch.log(pi).sub_(torch.log(p)).mul_(pi).masked_fill_(pi == 0, 0.0)
     return out.sub_(pi).add_(p)
+
+
+def _kl_term(q, p, log_r):
+    # q log r − q + p, with 0·log 0 = 0 (r = 0 where q = 0); log_r is overwritten
+    return log_r.mul_(q).masked_fill_(q == 0, 0.0).sub_(q).add_(p)
 
 
 def _neyman_perspective(pi, p):
@@ -78,7 +87,7 @@ def _js_perspective(pi, p):
 
 _BUILTIN_FORMS = {
     "tv": _Forms(lambda t: 0.5 * (t - 1).abs(), lambda pi, p: 0.5 * (pi - p).abs(), 0.5),
-    "kl": _Forms(lambda t: torch.xlogy(t, t) - t + 1, _kl_perspective, _INF),
+    "kl": _Forms(lambda t: torch.xlogy(t, t) - t + 1, _kl_perspective, _INF, lambda q, p, log_r: _kl_term(q, p, log_r)),
     "reverse_kl": _Forms(lambda t: -torch.log(t) + t - 1, lambda pi, p: p * (torch.log(p) - torch.log(pi)) + pi - p, 1.0),
     "chi2": _Forms(lambda t: (t - 1) ** 2, lambda pi, p: (pi - p) ** 2 / p, _INF),
     "neyman_chi2": _Forms(lambda t: (t - 1) ** 2 / t, _neyman_perspective, 1.0),
@@ -182,12 +191,12 @@ _SEARCH = {"cpu": (16, 18)}
 _SEARCH_DEVICE = (256, 9)
 
 
-def _sort_rows(key: torch.Tensor):
-    """torch.sort of each row (stable): on a CPU one row at a time, several times faster than the
-    batched sort there (a 1-D sort takes torch's fast path); on a GPU one batched call."""
+def _sort_rows(key: torch.Tensor, values: torch.Tensor, order: torch.Tensor):
+    """torch.sort of each row (stable), into ``values`` and ``order``: on a CPU one row at a time,
+    several times faster than the batched sort there (a 1-D sort takes torch's fast path); on a GPU
+    one batched call."""
     if key.device.type != "cpu":
-        return torch.sort(key, dim=-1, stable=True)
-    values, order = torch.empty_like(key), torch.empty_like(key)
+        return torch.sort(key, dim=-1, stable=True, out=(values, order))
     for r in range(key.shape[0]):
         torch.sort(key[r], stable=True, out=(values[r], order[r]))
     return values, order
@@ -221,20 +230,23 @@ class _Rows:
         self.forms = forms = divergence if isinstance(divergence, _Forms) else _torch_forms(divergence)
         self.p, self.q = p, q
         R, V = p.shape
-        # Few passes and few fresh (R, V) buffers: on a CPU each new buffer costs its page faults.
+        # Few passes, and dead (R, V) buffers reused rather than fresh ones (on a CPU a fresh buffer
+        # costs its page faults, as much as a pass): A, B, C, D below, then the tables.
         pos = p > 0
         up = (q > p) & pos
         # r: inf or NaN where p = 0, sorted after the lower side by its bits (abs: 0/0 is a NaN with
         # the sign bit set on x86, whose bits would sort first)
-        buf = torch.div(q, p).abs_()
-        u = torch.mul(p, _UP)
-        torch.div(q, u, out=u)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
-        key = buf.view(torch.int64)
-        torch.where(up, u.view(torch.int64).bitwise_not_(), key, out=key)
-        del u, up
-        skey, order = _sort_rows(key)
-        ps, qs = p.gather(-1, order), q.gather(-1, order)
-        del order
+        A = torch.div(q, p).abs_()
+        B = torch.mul(p, _UP)
+        torch.div(q, B, out=B)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
+        key = A.view(torch.int64)
+        torch.where(up, B.view(torch.int64).bitwise_not_(), key, out=key)
+        del up
+        skey, order = _sort_rows(key, B.view(torch.int64), torch.empty_like(key))
+        ps = torch.gather(p, -1, order, out=A)
+        qs = torch.gather(q, -1, order)
+        C = order.view(torch.float64)  # scratch from here on
+        del order, key
         bounds = torch.tensor([0, _ONE], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
         ends = torch.searchsorted(skey, bounds)
         self.n_hi, self.n_end = ends[:, 0], ends[:, 1]  # the upper side is [0, n_hi), the lower [n_hi, n_end)
@@ -242,13 +254,13 @@ class _Rows:
         in_lo = (skey < _ONE) & ~in_hi
         # |key| as floats: r·2⁻¹²⁸ on the upper side (the complement undone), r on the lower, and
         # past it 1, inf (p = 0 < q) or NaN (p = q = 0), which every search below reads as +inf.
-        skey.bitwise_xor_(skey >> 63)
+        skey.bitwise_xor_(torch.bitwise_right_shift(skey, 63, out=C.view(torch.int64)))
         self.key = kabs = skey.view(torch.float64)
         del skey
-        self.tv = torch.sub(p, q, out=buf).clamp_(min=0).sum(-1)
-        self.q0 = q.masked_fill(pos, 0.0).sum(-1)
+        self.tv = torch.sub(p, q, out=C).clamp_(min=0).sum(-1)
+        self.q0 = C.copy_(q).masked_fill_(pos, 0.0).sum(-1)
         self.d_up = self.tv - self.q0
-        del buf
+        del pos
         # Inclusive prefix sums (R, V) (``_before`` reads the exclusive ones): the upper side starts at
         # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
         self.Chp, self.Chq = ps.cumsum(-1), qs.cumsum(-1)
@@ -256,16 +268,20 @@ class _Rows:
         # NaN or inf on tokens of neither side, which the masks below drop (a where, not 0·inf).
         # Its suffix sums on each side, from ratio 1 outward, are held reversed (2, R, V): the sum over
         # positions ≥ j at column V − 1 − j (``_suffix``).
-        F = forms.perspective(qs, ps).flip(-1)
-        FF = F.new_empty((2, R, V))
-        zero = F.new_zeros(())
-        torch.where(in_hi.flip(-1), F, zero, out=FF[0])
-        torch.where(in_lo.flip(-1), F, zero, out=FF[1])
-        del F
-        self.S = FF.cumsum_(-1)
+        if forms.log_ratio_term is not None:  # from log r = log|key| (+128 log 2 on the upper side): one log
+            log_r = torch.log(kabs).add_(in_hi, alpha=128 * _LN2)  # (not in C: F is flipped into C)
+            F = forms.log_ratio_term(qs, ps, log_r)
+        else:
+            F = forms.perspective(qs, ps)
+        Ff = torch.ops.aten.flip.out(F, [-1], out=C)
+        S = F.new_empty((2, R, V))
+        S[0].copy_(Ff).masked_fill_(~in_hi.flip(-1), 0.0)  # a fill, not 0·inf
+        S[1].copy_(Ff).masked_fill_(~in_lo.flip(-1), 0.0)
+        self.S = S.cumsum_(-1)
+        del Ff
         out_lo = ~in_lo
-        self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum(-1)
-        self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum(-1)
+        self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum_(-1)
+        self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum_(-1)
         del ps, qs, out_lo
         # Breakpoints (token k itself adds r_k p_k − q_k = 0, so the inclusive sums serve).
         # Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
@@ -274,9 +290,10 @@ class _Rows:
         # breakpoint. Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side),
         # +inf past it; t_hi solves h(t) = D_up − s. A binary search returns a crossing of the level
         # however rounding perturbs the order, and the answer is clamped to the gap it finds.
-        self.g = torch.mul(kabs, self.Clp).sub_(self.Clq)
+        self.g = torch.mul(kabs, self.Clp, out=C).sub_(self.Clq)
         # r_m P_{<m} as u_m·(P·2¹²⁸) with u = |key| on the upper side: finite past DBL_MAX.
-        self.h = torch.addcmul(self.Chq, kabs, self.Chp * _UP, value=-1.0).masked_fill_(~in_hi, _INF)
+        P_up = torch.mul(self.Chp, _UP, out=F)
+        self.h = torch.addcmul(self.Chq, kabs, P_up, value=-1.0, out=F).masked_fill_(~in_hi, _INF)
 
     def _suffix(self, side: int, j: torch.Tensor) -> torch.Tensor:
         """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j ∈ [0, V] (R, K)."""
