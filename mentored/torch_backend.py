@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import weakref
 from typing import Callable, NamedTuple
 
@@ -191,11 +192,49 @@ _SEARCH = {"cpu": (16, 18)}
 _SEARCH_DEVICE = (256, 9)
 
 
+_ROW_SORT = True
+
+
+class _Workspace:
+    """Scratch and table buffers (R, V) float64 for one thread's solves on a CPU, kept between calls.
+
+    A fresh buffer of a few MB costs its page faults on a CPU, about as much as a pass over it; a
+    solve needs about a dozen. Buffers 7 and 8 are adjacent (``pair``: the (2, R, V) suffix table).
+    Only for the solves whose ``_Rows`` does not outlive the call (``solve``, ``solve_rows``,
+    ``solve_point``); kept per thread, for one shape at a time, up to ``_WORKSPACE_MAX`` entries.
+    """
+
+    N = 11
+
+    def __init__(self, shape, device):
+        self.shape, self.device = shape, device
+        self.flat = torch.empty((self.N,) + shape, dtype=torch.float64, device=device)
+
+    def take(self, i: int) -> torch.Tensor:
+        return self.flat[i]
+
+    def pair(self, i: int) -> torch.Tensor:
+        return self.flat[i : i + 2]
+
+
+_LOCAL = threading.local()
+_WORKSPACE_MAX = 1 << 22  # entries per buffer (R·V) up to which a thread keeps its workspace
+
+
+def _workspace(p: torch.Tensor) -> "_Workspace | None":
+    if p.device.type != "cpu" or p.ndim != 2 or p.numel() > _WORKSPACE_MAX:
+        return None
+    ws = getattr(_LOCAL, "ws", None)
+    if ws is None or ws.shape != tuple(p.shape):
+        ws = _LOCAL.ws = _Workspace(tuple(p.shape), p.device)
+    return ws
+
+
 def _sort_rows(key: torch.Tensor, values: torch.Tensor, order: torch.Tensor):
     """torch.sort of each row (stable), into ``values`` and ``order``: on a CPU one row at a time,
     several times faster than the batched sort there (a 1-D sort takes torch's fast path); on a GPU
     one batched call."""
-    if key.device.type != "cpu":
+    if key.device.type != "cpu" or not _ROW_SORT:
         return torch.sort(key, dim=-1, stable=True, out=(values, order))
     for r in range(key.shape[0]):
         torch.sort(key[r], stable=True, out=(values[r], order[r]))
@@ -226,7 +265,7 @@ class _Rows:
     (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
     """
 
-    def __init__(self, p: torch.Tensor, q: torch.Tensor, divergence):
+    def __init__(self, p: torch.Tensor, q: torch.Tensor, divergence, ws: "_Workspace | None" = None):
         self.forms = forms = divergence if isinstance(divergence, _Forms) else _torch_forms(divergence)
         self.p, self.q = p, q
         R, V = p.shape
@@ -236,15 +275,17 @@ class _Rows:
         up = (q > p) & pos
         # r: inf or NaN where p = 0, sorted after the lower side by its bits (abs: 0/0 is a NaN with
         # the sign bit set on x86, whose bits would sort first)
-        A = torch.div(q, p).abs_()
-        B = torch.mul(p, _UP)
+        buf = ws.take if ws is not None else (lambda i: None)
+        A = torch.div(q, p, out=buf(0)).abs_()
+        B = torch.mul(p, _UP, out=buf(1))
         torch.div(q, B, out=B)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
         key = A.view(torch.int64)
         torch.where(up, B.view(torch.int64).bitwise_not_(), key, out=key)
         del up
-        skey, order = _sort_rows(key, B.view(torch.int64), torch.empty_like(key))
+        C = buf(2)
+        skey, order = _sort_rows(key, B.view(torch.int64), torch.empty_like(key) if C is None else C.view(torch.int64))
         ps = torch.gather(p, -1, order, out=A)
-        qs = torch.gather(q, -1, order)
+        qs = torch.gather(q, -1, order, out=buf(3))
         C = order.view(torch.float64)  # scratch from here on
         del order, key
         bounds = torch.tensor([0, _ONE], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
@@ -258,27 +299,26 @@ class _Rows:
         self.key = kabs = skey.view(torch.float64)
         del skey
         self.tv = torch.sub(p, q, out=C).clamp_(min=0).sum(-1)
-        self.q0 = C.copy_(q).masked_fill_(pos, 0.0).sum(-1)
+        self.q0 = torch.mul(q, ~pos, out=C).sum(-1)  # q is finite: q·0 = 0
         self.d_up = self.tv - self.q0
         del pos
         # Inclusive prefix sums (R, V) (``_before`` reads the exclusive ones): the upper side starts at
         # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
-        self.Chp, self.Chq = ps.cumsum(-1), qs.cumsum(-1)
+        self.Chp, self.Chq = torch.cumsum(ps, -1, out=buf(4)), torch.cumsum(qs, -1, out=buf(5))
         # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal);
         # NaN or inf on tokens of neither side, which the masks below drop (a where, not 0·inf).
         # Its suffix sums on each side, from ratio 1 outward, are held reversed (2, R, V): the sum over
         # positions ≥ j at column V − 1 − j (``_suffix``).
         if forms.log_ratio_term is not None:  # from log r = log|key| (+128 log 2 on the upper side): one log
-            log_r = torch.log(kabs).add_(in_hi, alpha=128 * _LN2)  # (not in C: F is flipped into C)
+            log_r = torch.log(kabs, out=buf(6)).add_(in_hi, alpha=128 * _LN2)  # (not in C: F is flipped into C)
             F = forms.log_ratio_term(qs, ps, log_r)
         else:
             F = forms.perspective(qs, ps)
-        Ff = torch.ops.aten.flip.out(F, [-1], out=C)
-        S = F.new_empty((2, R, V))
-        S[0].copy_(Ff).masked_fill_(~in_hi.flip(-1), 0.0)  # a fill, not 0·inf
-        S[1].copy_(Ff).masked_fill_(~in_lo.flip(-1), 0.0)
+        S = F.new_empty((2, R, V)) if ws is None else ws.pair(7)
+        torch.ops.aten.flip.out(F, [-1], out=S[0])
+        S[1].copy_(S[0]).masked_fill_(~in_lo.flip(-1), 0.0)  # a fill, not 0·inf
+        S[0].masked_fill_(~in_hi.flip(-1), 0.0)
         self.S = S.cumsum_(-1)
-        del Ff
         out_lo = ~in_lo
         self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum_(-1)
         self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum_(-1)
@@ -414,10 +454,11 @@ class _Point:
     def take(self, rows: torch.Tensor) -> "_Point":
         return _Point(*(x[rows] for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)))
 
-    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None) -> torch.Tensor:
+    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None, ws: "_Workspace | None" = None) -> torch.Tensor:
         """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0.
 
-        ``dtype``: of the result (default p's), rounded once from the float64 values."""
+        ``dtype``: of the result (default p's), rounded once from the float64 values; ``ws``: scratch
+        buffers of p's shape (the result is always a fresh tensor)."""
         shape = (-1,) + (1,) * (p.ndim - 1)
         t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
         # p_i·t_hi as (p_i/d)·m: d = 1, m = t_hi where t_hi is finite (the same product), else
@@ -425,12 +466,16 @@ class _Point:
         finite = torch.isfinite(t_hi)
         d = torch.where(finite, 1.0, den)
         m = torch.where(open_end, _INF, torch.where(finite, t_hi, num))
-        cap = (p / d).mul_(m)
+        cap = torch.div(p, d, out=ws.take(0) if ws else None).mul_(m)
         # max(t_lo p, min(q, cap)) as one clamp, since t_lo p ≤ p ≤ cap; where p = 0 the cap is NaN.
-        low = t_lo * p
+        low = torch.mul(t_lo, p, out=ws.take(1) if ws else None)
         body = torch.clamp(q, min=low, max=cap, out=cap)
-        out = torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
-        return out if dtype is None else out.to(dtype)
+        if ws is None:
+            out = torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
+            return out if dtype is None else out.to(dtype)
+        if dtype in (None, p.dtype):  # a fresh result: the scratch is reused by the next solve
+            return torch.where(p > 0, body, torch.mul(q, z, out=low), out=torch.empty_like(body))
+        return torch.where(p > 0, body, torch.mul(q, z, out=low), out=body).to(dtype)
 
 
 def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
@@ -450,7 +495,9 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     sp_ = check_rows(target, "target")
     sq_ = check_rows(draft, "draft")
     # normalised and widened to float64 in one pass each (a float32 row divided by its float64 sum)
-    p, q = torch.div(target, sp_[:, None]), torch.div(draft, sq_[:, None])
+    ws = _workspace(target)
+    p = torch.div(target, sp_[:, None], out=ws.take(9) if ws else None)
+    q = torch.div(draft, sq_[:, None], out=ws.take(10) if ws else None)
     R = p.shape[0]
     b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
@@ -458,8 +505,10 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     if np.any(np.isnan(b)) or np.any(b < 0):
         raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
     eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
-    rows = _Rows(p, q, forms)
-    return rows.point(rows.search(eps, zeros)).pi(p, q, dtype=target.dtype)
+    rows = _Rows(p, q, forms, ws)
+    point = rows.point(rows.search(eps, zeros))
+    del rows  # its tables are the workspace's: π's scratch reuses them
+    return point.pi(p, q, dtype=target.dtype, ws=ws)
 
 
 def builtin_name(divergence) -> str:
@@ -513,8 +562,13 @@ def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, 
 
     ``divergence``: a name, a :class:`~mentored.Divergence` or its ``_Forms``.
     """
-    rows = _Rows(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True), divergence)
-    return rows.pi(rows.search(eps, zeros))
+    ws = _workspace(p)
+    p = torch.div(p, p.sum(-1, keepdim=True), out=ws.take(9) if ws else None)
+    q = torch.div(q, q.sum(-1, keepdim=True), out=ws.take(10) if ws else None)
+    rows = _Rows(p, q, divergence, ws)
+    point = rows.point(rows.search(eps, zeros))
+    del rows
+    return point.pi(p, q, ws=ws)
 
 
 def solve_point(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
@@ -523,8 +577,15 @@ def solve_point(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor,
     π of any row or token follows without forming the others (``_Point.pi``). No checks, no host
     synchronisation.
     """
-    rows = _Rows(p, q, divergence)
+    ws = _workspace(p)
+    rows = _Rows(p, q, divergence, ws if ws is None or not _aliases(ws, p, q) else None)
     return rows.point(rows.search(eps, zeros))
+
+
+def _aliases(ws: "_Workspace", *xs: torch.Tensor) -> bool:
+    """Whether any of xs shares memory with the workspace (rows it normalised itself)."""
+    lo, hi = ws.flat.data_ptr(), ws.flat.data_ptr() + ws.flat.numel() * ws.flat.element_size()
+    return any(lo <= x.data_ptr() < hi for x in xs)
 
 
 def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
