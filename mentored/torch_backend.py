@@ -302,7 +302,7 @@ class _Rows:
         self.q0 = torch.mul(q, ~pos, out=C).sum(-1)  # q is finite: q·0 = 0
         self.d_up = self.tv - self.q0
         del pos
-        # Inclusive prefix sums (R, V) (``_before`` reads the exclusive ones): the upper side starts at
+        # Inclusive prefix sums (R, V) (``_at`` reads Σ_{i<j} at j − 1): the upper side starts at
         # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
         self.Chp, self.Chq = torch.cumsum(ps, -1, out=buf(4)), torch.cumsum(qs, -1, out=buf(5))
         # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal);
@@ -337,13 +337,8 @@ class _Rows:
 
     def _suffix(self, side: int, j: torch.Tensor) -> torch.Tensor:
         """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j ∈ [0, V] (R, K)."""
-        i = self.key.shape[-1] - 1 - j
-        return torch.where(i >= 0, self.S[side].gather(-1, i.clamp(min=0)), 0.0)
-
-    @staticmethod
-    def _before(C: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-        """Σ_{i < j} from the inclusive prefix sums C, at positions j ∈ [0, V] (R, K)."""
-        return torch.where(j > 0, C.gather(-1, (j - 1).clamp(min=0)), 0.0)
+        V = self.key.shape[-1]
+        return self.S[side].gather(-1, (V - 1 - j).clamp_(min=0)).masked_fill_(j >= V, 0.0)
 
     def s_max(self, zeros: str = "continue") -> torch.Tensor:
         """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
@@ -352,33 +347,39 @@ class _Rows:
         return self.tv
 
     def _at(self, s: torch.Tensor):
-        """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need."""
+        """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need.
+
+        Written with few small ops (the budget search calls it ~20 times): in-place fills rather
+        than wheres, one shifted index per side for the exclusive sums and the ratio below."""
         n_hi, n_end = self.n_hi[:, None], self.n_end[:, None]
-        c = (self.tv[:, None] - s).clamp(min=0)
-        k = torch.searchsorted(self.g, c).clamp_(min=n_hi, max=n_end)  # index in the row of the first unclipped lower token
-        PL = self._before(self.Clp, k)
-        QL = self._before(self.Clq, k)
-        t_lo = torch.where(PL > 0, (c + QL) / torch.where(PL > 0, PL, 1.0), 0.0)  # PL = 0 only at s = TV
-        # within the gap of sorted ratios found, and in [0, 1]
         V = self.key.shape[-1]
-        r_below = torch.where(k <= n_hi, 0.0, self.key.gather(-1, (k - 1).clamp(min=0)))
-        r_above = torch.where(k >= n_end, 1.0, self.key.gather(-1, k.clamp(max=V - 1)))
-        t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp(0.0, 1.0)
-        t_lo = torch.where(s <= 0, 1.0, t_lo)
+        flat = s <= 0
+        c = (self.tv[:, None] - s).clamp_(min=0)
+        k = torch.searchsorted(self.g, c).clamp_(min=n_hi, max=n_end)  # index in the row of the first unclipped lower token
+        km1 = (k - 1).clamp_(min=0)
+        # Σ_{i<k} from the inclusive sums: zero on the upper side already, so only k = 0 needs a fill
+        k0 = k == 0
+        PL = self.Clp.gather(-1, km1).masked_fill_(k0, 0.0)
+        QL = self.Clq.gather(-1, km1).masked_fill_(k0, 0.0)
+        t_lo = (c + QL).div_(PL).masked_fill_(PL <= 0, 0.0)  # PL = 0 only at s = TV
+        # within the gap of sorted ratios found, and in [0, 1]
+        r_below = self.key.gather(-1, km1).masked_fill_(k <= n_hi, 0.0)
+        r_above = self.key.gather(-1, k.clamp(max=V - 1)).masked_fill_(k >= n_end, 1.0)
+        t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp_(0.0, 1.0).masked_fill_(flat, 1.0)
         c2 = self.d_up[:, None] - s
         m = torch.searchsorted(self.h, c2, right=True)  # capped upper tokens
-        PH = self._before(self.Chp, m)
-        QH = self._before(self.Chq, m)
+        mm1 = (m - 1).clamp_(min=0)
+        m0 = m == 0
+        PH = self.Chp.gather(-1, mm1).masked_fill_(m0, 0.0)
+        QH = self.Chq.gather(-1, mm1).masked_fill_(m0, 0.0)
         open_end = (c2 <= 0) | (PH <= 0)
-        m = torch.where(open_end, 0, m)  # nothing capped: every upper token is at q
-        one = torch.ones_like(PH)
-        num = torch.where(open_end, one, QH - c2)
-        den = torch.where(open_end, one, PH)
-        num = torch.maximum(num, den)  # t_hi ≥ 1
-        num = torch.where(s <= 0, one, num)
-        den = torch.where(s <= 0, one, den)
-        open_end = open_end & (s > 0)
-        t_hi = torch.where(open_end, _INF, num / den)
+        m = m.masked_fill_(open_end, 0)  # nothing capped: every upper token is at q
+        num = (QH - c2).masked_fill_(open_end, 1.0)
+        den = PH.masked_fill_(open_end, 1.0)
+        num = torch.maximum(num, den).masked_fill_(flat, 1.0)  # t_hi ≥ 1
+        den = den.masked_fill_(flat, 1.0)
+        open_end = open_end & ~flat
+        t_hi = (num / den).masked_fill_(open_end, _INF)
         return dict(k=k, m=m, PL=PL, t_lo=t_lo, t_hi=t_hi, num=num, den=den, open_end=open_end, s=s)
 
     def divergence(self, s: torch.Tensor, at=None) -> torch.Tensor:
@@ -386,12 +387,13 @@ class _Rows:
         a = at or self._at(s)
         f_tilde, perspective = self.forms.f_tilde, self.forms.perspective
         PL, t_lo = a["PL"], a["t_lo"]
-        d = torch.where(PL > 0, PL * f_tilde(t_lo), 0.0)
-        d = d + self._suffix(1, a["k"]) + self._suffix(0, a["m"])
+        d = (PL * f_tilde(t_lo)).masked_fill_(PL <= 0, 0.0)  # not 0·f̃(0) = 0·inf
+        d += self._suffix(1, a["k"])
+        d += self._suffix(0, a["m"])
         num, den, t_hi, open_end = a["num"], a["den"], a["t_hi"], a["open_end"]
         near = t_hi <= _FAR
         capped = torch.where(near, den * f_tilde(torch.where(near, t_hi, 1.0)), perspective(num, den))
-        d = d + torch.where(open_end | (a["m"] == 0), 0.0, capped)
+        d += capped.masked_fill_(open_end | (a["m"] == 0), 0.0)
         return d + self._tail(s)
 
     def _tail(self, s: torch.Tensor) -> torch.Tensor:
