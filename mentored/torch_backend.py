@@ -2,8 +2,11 @@ r"""Mentored verification in torch: the solve and the speculative step on any de
 
 The same mathematics as the C++ core (docs/theory.md §3–4), written with one sort per row, prefix
 sums and a search over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
-CUDA) without a host round trip. Built-in divergences only; it is checked against
-:func:`mentored.solve` in the tests. torch is imported lazily by :func:`mentored.speculative_step`.
+CUDA) without a host round trip. A divergence reaches torch through ``_torch_forms`` alone: the
+built-ins' hand-written accurate forms (recognised by identity, never by name), or forms compiled
+from a :meth:`~mentored.Divergence.from_sympy` generator. It is checked against :func:`mentored.solve`
+in the tests. torch is imported lazily by :func:`mentored.speculative_step`; :func:`mentored.solve`
+hands tensors on devices other than the CPU to ``_solve_tensors`` here.
 
 On a row, with ratios :math:`r_i = q_i/p_i`,
 
@@ -19,7 +22,9 @@ and per :math:`s` (docs/theory.md §4); it is nondecreasing in :math:`s`, and th
 is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 15 and 18 on a
 CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
 :math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
-device. Written for a GPU: on a CPU the sort alone costs several lossless verification steps, and
+device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
+the (R, V) tables live in a per-thread workspace (no page faults per call): about 10× the compiled
+core on 8 × 131072 float32 rows (benchmarks/torch_lossless.py --solve-only), and
 :func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
 device path").
 """
@@ -218,7 +223,7 @@ class _Workspace:
 
 
 _LOCAL = threading.local()
-_WORKSPACE_MAX = 1 << 22  # entries per buffer (R·V) up to which a thread keeps its workspace
+_WORKSPACE_MAX = 1 << 21  # entries per buffer (R·V) up to which a thread keeps its workspace (11 buffers: 176 MB at most)
 
 
 def _workspace(p: torch.Tensor) -> "_Workspace | None":
@@ -654,11 +659,14 @@ def speculative_step(
 _CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core
 
 
-def _as_core_input(x):
-    """A CPU tensor as the numpy array sharing its memory (anything else as it is)."""
-    if isinstance(x, torch.Tensor) and x.dtype in (torch.float32, torch.float64):
-        return x.detach().resolve_conj().resolve_neg().numpy()
-    return x
+def _as_core_input(x, name: str):
+    """A CPU tensor as the numpy array sharing its memory (anything else as it is); half precision refused."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.dtype.is_floating_point and x.dtype not in (torch.float32, torch.float64):
+        half = str(x.dtype).rsplit(".", 1)[-1]
+        raise TypeError(f"{name} has dtype {half}; cast it to float32 or float64 (half precision is not supported)")
+    return x.detach().resolve_conj().resolve_neg().numpy()
 
 
 def _solve_tensors(solve_np, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
@@ -676,7 +684,7 @@ def _solve_tensors(solve_np, target, draft, *, divergence, budget, acceptance, t
     if device.type in _CORE_DEVICES:
         out_np = out.detach().numpy() if isinstance(out, torch.Tensor) else out
         sol = solve_np(
-            _as_core_input(target), _as_core_input(draft), divergence=divergence, budget=budget, acceptance=acceptance,
+            _as_core_input(target, "target"), _as_core_input(draft, "draft"), divergence=divergence, budget=budget, acceptance=acceptance,
             threads=threads, normalize=normalize, check=check, out=out_np,
         )
         pi = out if isinstance(out, torch.Tensor) else torch.from_numpy(sol.pi)
