@@ -25,8 +25,9 @@ class Solution:
 
     Attributes
     ----------
-    pi : ndarray
-        :math:`\pi`, same shape and dtype as ``target``.
+    pi : ndarray or torch.Tensor
+        :math:`\pi`, same shape and dtype as ``target``; a tensor on the target's device when the
+        inputs are torch tensors (the other fields stay floats or numpy arrays).
     acceptance : float or ndarray
         :math:`A(\pi) = \sum_i \min(\pi_i, q_i) = 1 - \mathrm{TV}(p, q) + s`, summed (compensated)
         over :math:`\pi` rather than taken from the difference, which cancels when it is small; for
@@ -92,6 +93,16 @@ def _finish(div, pi, res, binding, squeeze):
     return Solution(pi=pi, name=div.name, **fields)
 
 
+def _finish_tensors(div, pi, res, binding, squeeze, certify):
+    """The Solution of a solve on a torch device (π a tensor there, ``res`` the core's first five
+    columns as numpy); ``certify = (p, q, budgets, budget_mode)`` for ``check=True``, on host copies."""
+    if certify is not None:
+        p, q, budgets, budget_mode = certify
+        host = _finish(div, pi.cpu().numpy().reshape(len(res), -1), res, binding, False)
+        _check(host, p.cpu().numpy(), q.cpu().numpy(), div, budgets, budget_mode)
+    return _finish(div, pi, res, binding, squeeze)
+
+
 def _custom(div: Divergence):
     """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (docs/theory.md §1, tilted)."""
     c = div.tilt
@@ -148,7 +159,10 @@ def solve(
     Parameters
     ----------
     target, draft : array_like, shape (n,) or (B, n)
-        Distributions over the vocabulary (float32 or float64; exact zeros are fine).
+        Distributions over the vocabulary (float32 or float64; exact zeros are fine). numpy arrays
+        or torch tensors: CPU tensors are read in place by the compiled core, tensors on another
+        device are solved there by :mod:`mentored.torch_backend`; ``Solution.pi`` is then a tensor
+        of the target's dtype on its device.
     divergence : str or Divergence
         One of ``tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js``, or any :class:`Divergence`
         (e.g. from :meth:`Divergence.from_sympy`; such rows are solved one after the other).
@@ -184,6 +198,16 @@ def solve(
     >>> round(sol.acceptance, 12)  # 1 − TV(p, q) + ε
     0.8
     """
+    # ---- torch tensors: mentored.torch_backend dispatches them (CPU: this core on shared memory;
+    # other devices: the torch algorithm), and π comes back as a tensor of the target's dtype and device.
+    if type(target).__module__.startswith("torch") or type(draft).__module__.startswith("torch"):
+        from .torch_backend import _solve_tensors
+
+        return _solve_tensors(
+            solve, _finish_tensors, target, draft, divergence=divergence, budget=budget, acceptance=acceptance,
+            threads=threads, normalize=normalize, check=check, out=out,
+        )
+    # ---- end of the torch dispatch
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")

@@ -260,13 +260,21 @@ def _check_row_values(a: np.ndarray, name: str, where) -> None:
 _TENSOR_SUM_RTOL = {f"torch.{dtype.name}": rtol for dtype, rtol in _SUM_RTOL.items()}
 
 
-def _check_tensor_rows(x, name: str, index=None) -> None:
+def _check_tensor_rows(x, name: str, index=None):
     """Finite, nonnegative rows of a torch tensor summing to 1 (relative tolerance per dtype, as
-    numpy's); host sync.
+    numpy's); host sync. Returns the row sums, float64, flattened to (rows,).
 
     ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
     """
+    import torch  # only ever called with a tensor: torch is loaded
+
     flat = x.reshape(-1, x.shape[-1])
+    rtol = _TENSOR_SUM_RTOL.get(str(flat.dtype), 1e-6)
+    sums = flat.sum(-1, dtype=torch.float64)
+    # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
+    # ±inf (so not within rtol of 1), and the smallest entry shows a negative one.
+    if bool(((sums - 1).abs() <= rtol).all() & (flat.amin() >= 0)):
+        return sums
     where = index or (lambda r: f"row {r}")
     bad = ~flat.isfinite().all(-1)
     if bool(bad.any()):
@@ -274,14 +282,13 @@ def _check_tensor_rows(x, name: str, index=None) -> None:
     neg = (flat < 0).any(-1)
     if bool(neg.any()):
         raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
-    rtol = _TENSOR_SUM_RTOL.get(str(flat.dtype), 1e-6)
-    sums = flat.double().sum(-1)
     off = (sums - 1).abs() > rtol
     if bool(off.any()):
         r = int(off.nonzero()[0, 0])
         raise ValueError(
             f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}"
         )
+    return sums
 
 
 def _dtype_kind(x) -> str:

@@ -60,6 +60,7 @@ class _NumpyOps:
     abs = staticmethod(np.abs)
     sign = staticmethod(np.sign)
     isinf = staticmethod(np.isinf)
+    ones_like = staticmethod(np.ones_like)
 
     @staticmethod
     def xlogy(x, y):
@@ -79,6 +80,7 @@ class _TorchOps:
 
         self.where, self.log, self.log1p, self.expm1 = torch.where, torch.log, torch.log1p, torch.expm1
         self.sqrt, self.abs, self.sign, self.isinf, self.xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
+        self.ones_like = torch.ones_like
 
     @staticmethod
     def clamp(x, lo=None, hi=None):
@@ -96,10 +98,10 @@ class _Builtin:
     """One built-in divergence. ``ops`` is an array namespace (:class:`_NumpyOps` or :class:`_TorchOps`).
 
     source(t)            f(t) as a sympy expression, t positive: the definition.
-    f_tilde(ops, t)      f̃(t) on [0, ∞), accurate (f̃(0) the limit).
+    perspective(ops, x, y)  y·f̃(x/y) for y > 0, x ≥ 0 (the limit at x = 0): the term of D that the
+                         solvers sum, accurate to a few ulps of |x − y| near x = y and without
+                         forming x/y, which overflows for a denormal y. f̃(t) is perspective(t, 1).
     fprime_tilde(ops, t) f̃′(t) on [0, ∞) (f̃′(0⁺) the limit; a subgradient at a kink).
-    perspective(ops, x, y)  y·f̃(x/y) for y > 0 and x/y beyond 1e300, without forming x/y (it
-                         overflows for a denormal y); :func:`_perspective` uses it there only.
     conjugate_tilde(ops, y)  f̃*(y) = f*(y + c) − c, ``inf`` outside its domain.
     cvxpy(cp, u, p, outside)  Σ p f(u) + f∞·outside as a DCP expression, equal to it wherever
                          Σ p u + outside = 1 (the oracle's constraint).
@@ -109,12 +111,15 @@ class _Builtin:
 
     name: str
     source: Callable
-    f_tilde: Callable
-    fprime_tilde: Callable
     perspective: Callable
+    fprime_tilde: Callable
     conjugate_tilde: Callable
     cvxpy: Callable
     conjugate: Callable | None = None
+
+    def f_tilde(self, ops, t):
+        """f̃(t) on [0, ∞)."""
+        return self.perspective(ops, t, ops.ones_like(t))
 
 
 def _positive(ops, t):
@@ -122,31 +127,29 @@ def _positive(ops, t):
     return ops.where(t > 0, t, 1.0)
 
 
-def _js_f_tilde(ops, t):
-    # ½[t log(2t/(1+t)) + log(2/(1+t))]. Near t = 1 the two logarithms cancel; there f = g(u)/(2(1−u))
-    # with u = (t−1)/(t+1) and g(u) = (1+u)log(1+u) + (1−u)log(1−u) = Σ_k u^{2k}/(k(2k−1)).
-    main = 0.5 * (t * _js_log_ratio(ops, t) + _LN2 - ops.log1p(t))
-    u = (t - 1.0) / (t + 1.0)
+def _log_ratio(ops, x, y):
+    """log(x/y) for y > 0: log1p((x − y)/y) where |x − y| ≤ y/2 (x − y is then exact, and the logarithm
+    small), log x − log y beyond (where x/y could overflow; −inf at x = 0)."""
+    d = x - y
+    near = ops.abs(d) <= 0.5 * y
+    return ops.where(near, ops.log1p(ops.where(near, d, 0.0) / y), ops.log(x) - ops.log(y))
+
+
+def _js_g(ops, u):
+    """g(u) = (1+u)log(1+u) + (1−u)log(1−u) on [−1, 1], from its series Σ_k u^{2k}/(k(2k−1)) where |u| < 0.05
+    (the two logarithms cancel there; seven terms reach 2⁻⁵⁶ relative)."""
     u2 = u * u
-    g, power = 0.0, u2
-    for k in range(1, 10):
-        g = g + power / (k * (2 * k - 1))
-        power = power * u2
-    return ops.where(t > 0, ops.where(ops.abs(u) < 0.1, g / (2.0 * (1.0 - u)), main), 0.5 * _LN2)
-
-
-def _js_log_ratio(ops, t):
-    """log(2t/(1+t)) for t > 0: log1p((t−1)/(t+1)) from ½ up (no cancellation near 1 nor for a large t),
-    log 2 + log t − log1p t below (where (t−1)/(t+1) rounds towards −1)."""
-    s = _positive(ops, t)
-    return ops.where(s < 0.5, _LN2 + ops.log(s) - ops.log1p(s), ops.log1p((s - 1.0) / (s + 1.0)))
+    series = 1.0 / (7 * 13)
+    for k in range(6, 0, -1):
+        series = series * u2 + 1.0 / (k * (2 * k - 1))
+    return ops.where(ops.abs(u) < 0.05, series * u2, ops.xlogy(1.0 + u, 1.0 + u) + ops.xlogy(1.0 - u, 1.0 - u))
 
 
 def _js_perspective(ops, x, y):
-    # ½[x log(2x/(x+y)) + y log(2y/(x+y))], with 2x/(x+y) = 2/(1 + y/x).
-    xs = _positive(ops, x)
-    left = ops.where(x > 0, x * (_LN2 - ops.log1p(y / xs)), 0.0)
-    return 0.5 * (left + y * (_LN2 + ops.log(y) - ops.log(x + y)))
+    # ½[x log(2x/(x+y)) + y log(2y/(x+y))] = (x + y)·g(u)/4 with u = (x − y)/(x + y) ∈ [−1, 1]: no ratio
+    # x/y to overflow, and accurate near x = y through the series of g.
+    m = x + y
+    return 0.25 * m * _js_g(ops, (x - y) / m)
 
 
 def _chi2_perspective(ops, x, y):
@@ -189,7 +192,6 @@ _INF = math.inf
 _REGISTRY = (
     _Builtin(
         "tv", _sym("Abs(t - 1)/2"),
-        f_tilde=lambda o, t: 0.5 * o.abs(t - 1.0),
         fprime_tilde=lambda o, t: 0.5 * o.sign(t - 1.0),
         perspective=lambda o, x, y: 0.5 * o.abs(x - y),
         conjugate_tilde=lambda o, y: o.where(y > 0.5, _INF, o.clamp(y, lo=-0.5)),
@@ -198,23 +200,20 @@ _REGISTRY = (
     ),
     _Builtin(
         "kl", _sym("t*log(t)"),
-        f_tilde=lambda o, t: o.xlogy(t, t) - (t - 1.0),  # t − 1 exact near 1: no cancellation but the wanted one
         fprime_tilde=lambda o, t: o.log(t),
-        perspective=lambda o, x, y: o.where(x > 0, x * (o.log(_positive(o, x)) - o.log(y)), 0.0) - (x - y),
+        perspective=lambda o, x, y: o.where(x > 0, x * _log_ratio(o, x, y), 0.0) - (x - y),
         conjugate_tilde=lambda o, y: o.expm1(y),
         cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.rel_entr(u, np.ones(p.size)))),
     ),
     _Builtin(
         "reverse_kl", _sym("-log(t)"),
-        f_tilde=lambda o, t: (t - 1.0) - o.log(t),
         fprime_tilde=lambda o, t: (t - 1.0) / t,
-        perspective=lambda o, x, y: y * (o.log(y) - o.log(x)) + (x - y),
+        perspective=lambda o, x, y: (x - y) - y * _log_ratio(o, x, y),
         conjugate_tilde=lambda o, y: o.where(y < 1.0, -o.log1p(-o.clamp(y, hi=1.0)), _INF),
         cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, -cp.log(u))),  # f∞ = 0
     ),
     _Builtin(
         "chi2", _sym("(t - 1)**2"),
-        f_tilde=lambda o, t: (t - 1.0) ** 2,
         fprime_tilde=lambda o, t: 2.0 * (t - 1.0),
         perspective=_chi2_perspective,
         conjugate_tilde=lambda o, y: o.where(y >= -2.0, y + 0.25 * y * y, -1.0),
@@ -222,7 +221,6 @@ _REGISTRY = (
     ),
     _Builtin(
         "neyman_chi2", _sym("(t - 1)**2/t"),
-        f_tilde=lambda o, t: (t - 1.0) * ((t - 1.0) / t),  # no overflow of (t − 1)² near DBL_MAX
         fprime_tilde=lambda o, t: ((t - 1.0) / t) * ((t + 1.0) / t),  # 1 − 1/t², accurate near 1
         perspective=lambda o, x, y: o.where(x > 0, (x - y) * ((x - y) / _positive(o, x)), _INF),
         # 2 − 2√(1 − y) = 2y/(1 + √(1 − y)), y ≤ 1
@@ -232,7 +230,6 @@ _REGISTRY = (
     ),
     _Builtin(
         "hellinger", _sym("(sqrt(t) - 1)**2"),
-        f_tilde=lambda o, t: (o.sqrt(t) - 1.0) ** 2,
         fprime_tilde=lambda o, t: (t - 1.0) / (t + o.sqrt(t)),  # 1 − 1/√t, accurate near 1
         perspective=lambda o, x, y: (o.sqrt(x) - o.sqrt(y)) ** 2,
         conjugate_tilde=lambda o, y: o.where(y < 1.0, y / o.where(y < 1.0, 1.0 - y, 1.0), _INF),
@@ -241,8 +238,10 @@ _REGISTRY = (
     ),
     _Builtin(
         "js", _sym("(t*log(2*t/(1 + t)) + log(2/(1 + t)))/2"),
-        f_tilde=_js_f_tilde,
-        fprime_tilde=lambda o, t: o.where(t > 0, 0.5 * _js_log_ratio(o, t), -_INF),
+        # ½ log(2t/(1+t)): log1p((t−1)/(t+1)) from ½ up (exact near 1 and for a large t), the logs below
+        fprime_tilde=lambda o, t: 0.5 * o.where(
+            t < 0.5, _LN2 + o.log(t) - o.log1p(t), o.log1p((t - 1.0) / (t + 1.0))
+        ),
         perspective=_js_perspective,
         # −½ log(2 − e^{2y}) = −½ log1p(−expm1(2y)), y < ½ log 2
         conjugate_tilde=lambda o, y: o.where(
@@ -462,7 +461,7 @@ class Divergence:
                 # finite and exact; otherwise the term is f∞·π up to O(p_i), the definition's limit at p_i = 0.
                 if self.builtin is not None:
                     ps = np.where(pos, p, 1.0)
-                    exact = _numpy(lambda o, x, y: _perspective(self.builtin, o, x, y), pi, ps) + self.tilt * (pi - ps)
+                    exact = _numpy(self.builtin.perspective, pi, ps) + self.tilt * (pi - ps)
                     term = np.where(huge, exact, term)
                 elif np.isfinite(self.f_inf):
                     term = np.where(huge, self.f_inf * pi, term)
@@ -470,19 +469,6 @@ class Divergence:
         outside = np.where(pos, 0.0, pi).sum(axis=-1)
         extra = np.multiply(self.f_inf, outside, out=np.zeros_like(outside), where=outside > 0)  # 0·∞ = 0
         return inner.sum(axis=-1) + extra
-
-
-_FAR = 1e300  # ratios above this: terms from the perspective form
-
-
-def _perspective(spec, ops, x, y):
-    """y·f̃(x/y) for y > 0, x ≥ 0: from f̃ where x/y ≤ 1e300, from the perspective form beyond."""
-    r = x / y
-    near = r <= _FAR
-    v = y * spec.f_tilde(ops, ops.where(near, r, 1.0))
-    # past 1e300, or where f̃(x/y) alone overflows above 1 (chi2: (t − 1)² from t ≈ 1e154)
-    far = ~near | (ops.isinf(v) & (r > 1.0))
-    return ops.where(far, spec.perspective(ops, x, y), v)
 
 
 def _numpy(form, *args, at_inf=None):

@@ -2,8 +2,12 @@ r"""Mentored verification in torch: the solve and the speculative step on any de
 
 The same mathematics as the C++ core (docs/theory.md §3–4), written with one sort per row, prefix
 sums and a search over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
-CUDA) without a host round trip. Built-in divergences only; it is checked against
-:func:`mentored.solve` in the tests. torch is imported lazily by :func:`mentored.speculative_step`.
+CUDA) without a host round trip. A divergence reaches torch through ``_torch_forms`` alone: a built-in's
+registry entry (mentored/divergences.py: the accurate forms written once for numpy and torch;
+recognised by identity, never by name), or forms compiled from a
+:meth:`~mentored.Divergence.from_sympy` generator. It is checked against :func:`mentored.solve`
+in the tests. torch is imported lazily by :func:`mentored.speculative_step`; :func:`mentored.solve`
+hands tensors on devices other than the CPU to ``_solve_tensors`` here.
 
 On a row, with ratios :math:`r_i = q_i/p_i`,
 
@@ -19,14 +23,20 @@ and per :math:`s` (docs/theory.md §4); it is nondecreasing in :math:`s`, and th
 is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 15 and 18 on a
 CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
 :math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
-device. Written for a GPU: on a CPU the sort alone costs several lossless verification steps, and
+device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
+the (R, V) tables live in a per-thread workspace (no page faults per call): about 10× the compiled
+core on 8 × 131072 float32 rows (benchmarks/torch_lossless.py --solve-only), and
 :func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
 device path").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
+import weakref
+from typing import Callable, NamedTuple
 
 import numpy as np
 try:
@@ -34,10 +44,12 @@ try:
 except ImportError as exc:
     raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
 
-from .divergences import BUILTIN_NAMES, divergence as _divergence
+from . import _core
+from .divergences import BUILTIN_NAMES, _TorchOps, divergence as _divergence
 from ._validate import _check_step_inputs as check_step_inputs  # the step checks shared with numpy
 from ._validate import _check_tensor_rows as check_rows
 from ._validate import _check_zeros as check_zeros
+from ._validate import per_row
 from ._validate import _step_budgets as step_budgets
 
 __all__ = ["solve", "speculative_step"]
@@ -47,37 +59,176 @@ _INF = math.inf
 _FAR = 1e100  # ratios above this: D terms from π and p (docs/reliability.md, denormal targets)
 
 
-# Tilted generators f̃(t) = f(t) − f'(1)(t − 1) ≥ 0 (same D on the simplex, no cancellation),
-# with their f̃∞, as in cpp/mentored/generators.hpp.
+class _Forms(NamedTuple):
+    """A divergence in torch: f̃(t) = f(t) − c(t − 1) ≥ 0, the perspective p·f̃(π/p) for p > 0, and f̃∞.
+
+    ``log_ratio_term(q, p, log r)``, optional: p·f̃(r) given log r as well (kl: one log per token
+    instead of the perspective's two)."""
+
+    f_tilde: Callable[[torch.Tensor], torch.Tensor]
+    perspective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    f_inf_tilde: float
+    log_ratio_term: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+
+def _kl_term(q, p, log_r):
+    # A speed path of the built-in kl only (optional: a divergence without one uses its perspective):
+    # q log r − q + p from log r, one log per token, with 0·log 0 = 0 (r = 0 where q = 0); log_r is overwritten.
+    return log_r.mul_(q).masked_fill_(q == 0, 0.0).sub_(q).add_(p)
+
+
+def _builtin_forms(div) -> _Forms:
+    """A built-in's torch forms: its registry entry (mentored/divergences.py) on the torch namespace."""
+    spec, ops = div.builtin, _TorchOps()
+    fast = _kl_term if div.compiled == _core.Generator.kl else None
+    return _Forms(lambda t: spec.f_tilde(ops, t), lambda pi, p: spec.perspective(ops, pi, p), div.f_inf - div.tilt, fast)
+
+
+_BUILTIN_FORMS: dict = {}
+_CUSTOM_FORMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _torch_forms(div) -> _Forms:
+    """The torch forms (f̃, p·f̃(π/p), f̃∞) of a divergence: the one place the torch path learns an f.
+
+    A built-in, recognised by identity (a custom divergence may be called "kl" and be another f),
+    gets its hand-written accurate forms; a :meth:`~mentored.Divergence.from_sympy` divergence gets
+    forms compiled from its sympy analysis (cached per divergence).
+    """
+    div = _divergence(div)
+    if div.builtin is not None:
+        forms = _BUILTIN_FORMS.get(div.name)
+        if forms is None:
+            forms = _BUILTIN_FORMS[div.name] = _builtin_forms(div)
+        return forms
+    forms = _CUSTOM_FORMS.get(div)
+    if forms is None:
+        forms = _CUSTOM_FORMS[div] = _compile_custom(div)
+    return forms
+
+
+def _reduce(op):
+    def call(*args):
+        ref = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        vals = [a if isinstance(a, torch.Tensor) else torch.as_tensor(float(a), dtype=torch.float64, device=getattr(ref, "device", None)) for a in args]
+        out = vals[0]
+        for v in vals[1:]:
+            out = op(out, v)
+        return out
+
+    return call
+
+
+def _compile_custom(div) -> _Forms:
+    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
+    import sympy as sp
+
+    from .symbolic import _SERIES_RADIUS
+
+    info = div.symbolic
+    if info is None:
+        raise ValueError(
+            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
+            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
+        )
+    t = info.t
+    # Max/Min as plain calls to torch.maximum/minimum (sympy's torch printer maps them to builtins).
+    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
+    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
+    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
+    fn = sp.lambdify(t, expr, modules=[{"mentored_torch_max": _reduce(torch.maximum), "mentored_torch_min": _reduce(torch.minimum)}, "torch"])
+    c, f0, series = float(info.tilt), float(info.f0), tuple(info.series)
+    f_inf_tilde = float(info.f_inf) - c
+    at0 = f0 + c  # f̃(0) = f(0) + c
+    at_inf = _INF if f_inf_tilde > 0 else 0.0
+    radius = _SERIES_RADIUS
+
+    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        inside = (x > 0) & (x < _INF)
+        xs = torch.where(inside, x, 1.0)
+        h = xs - 1.0
+        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
+        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
+            acc = torch.zeros_like(h)
+            for a in reversed(series):
+                acc = (acc + a) * h
+            out = torch.where(h.abs() < radius, acc * h, out)
+        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
+        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
+
+    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        r = pi / p
+        out = p * f_tilde(r)
+        if math.isfinite(f_inf_tilde):  # π/p past DBL_MAX (p denormal): the limit π·f̃∞
+            out = torch.where(torch.isinf(r), pi * f_inf_tilde, out)
+        return out
+
+    return _Forms(f_tilde, perspective, f_inf_tilde)
+
+
 def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
-    if name == "tv":
-        return 0.5 * (t - 1).abs()
-    if name == "kl":
-        return torch.xlogy(t, t) - t + 1
-    if name == "reverse_kl":
-        return -torch.log(t) + t - 1
-    if name == "chi2":
-        return (t - 1) ** 2
-    if name == "neyman_chi2":
-        return (t - 1) ** 2 / t
-    if name == "hellinger":
-        return (t.sqrt() - 1) ** 2
-    if name == "js":
-        return 0.5 * (torch.xlogy(t, 2 * t / (1 + t)) + torch.log(2 / (1 + t)))
-    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
-
-
-_F_INF_TILDE = {"tv": 0.5, "kl": _INF, "reverse_kl": 1.0, "chi2": _INF, "neyman_chi2": 1.0, "hellinger": 1.0, "js": 0.5 * _LN2}
+    """f̃ of a built-in by name (the serving module's D terms)."""
+    return _torch_forms(name).f_tilde(t)
 
 
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
 _UP = 2.0**128
+_ONE = 0x3FF0000000000000  # the int64 bits of 1.0: sort keys from it up are tokens of neither side
 # The budget search: (points per step, steps), the bracket shrinking by the first each step, to 2⁻⁷²
 # of the curve's length (finer than the 64 halvings of [0, s_max] it replaces). On a GPU few wide
 # steps (each is ~40 kernel launches); on a CPU narrow ones, whose small ops stay on the calling
 # thread (torch runs searchsorted in parallel past 200 queries, and a busy machine stalls that).
 _SEARCH = {"cpu": (16, 18)}
 _SEARCH_DEVICE = (256, 9)
+
+
+_ROW_SORT = True
+
+
+class _Workspace:
+    """Scratch and table buffers (R, V) float64 for one thread's solves on a CPU, kept between calls.
+
+    A fresh buffer of a few MB costs its page faults on a CPU, about as much as a pass over it; a
+    solve needs about a dozen. Buffers 7 and 8 are adjacent (``pair``: the (2, R, V) suffix table).
+    Only for the solves whose ``_Rows`` does not outlive the call (``solve``, ``solve_rows``,
+    ``solve_point``); kept per thread, for one shape at a time, up to ``_WORKSPACE_MAX`` entries.
+    """
+
+    N = 11
+
+    def __init__(self, shape, device):
+        self.shape, self.device = shape, device
+        self.flat = torch.empty((self.N,) + shape, dtype=torch.float64, device=device)
+
+    def take(self, i: int) -> torch.Tensor:
+        return self.flat[i]
+
+    def pair(self, i: int) -> torch.Tensor:
+        return self.flat[i : i + 2]
+
+
+_LOCAL = threading.local()
+_WORKSPACE_MAX = 1 << 21  # entries per buffer (R·V) up to which a thread keeps its workspace (11 buffers: 176 MB at most)
+
+
+def _workspace(p: torch.Tensor) -> "_Workspace | None":
+    if p.device.type != "cpu" or p.ndim != 2 or p.numel() > _WORKSPACE_MAX:
+        return None
+    ws = getattr(_LOCAL, "ws", None)
+    if ws is None or ws.shape != tuple(p.shape):
+        ws = _LOCAL.ws = _Workspace(tuple(p.shape), p.device)
+    return ws
+
+
+def _sort_rows(key: torch.Tensor, values: torch.Tensor, order: torch.Tensor):
+    """torch.sort of each row (stable), into ``values`` and ``order``: on a CPU one row at a time,
+    several times faster than the batched sort there (a 1-D sort takes torch's fast path); on a GPU
+    one batched call."""
+    if key.device.type != "cpu" or not _ROW_SORT:
+        return torch.sort(key, dim=-1, stable=True, out=(values, order))
+    for r in range(key.shape[0]):
+        torch.sort(key[r], stable=True, out=(values[r], order[r]))
+    return values, order
 
 
 class _Rows:
@@ -95,113 +246,149 @@ class _Rows:
     division, and D_f(π(s)‖p) is O(1) per row from the tables (``divergence``). The budget search
     evaluates D at many points per row per step (``_SEARCH``). Nothing is read back to the host.
 
-    Ratios of the upper side past DBL_MAX (p denormal next to q) are ordered by their scaled value
-    r·2⁻¹²⁸; their terms p f̃(r) are taken in perspective form from (q, p), and the capped group's
-    P_hi·f̃(t_hi) from (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
+    The sort is on int64 keys, the bit patterns of the nonnegative float64 ratios (order-preserving,
+    and faster to sort than floats): r on the lower side, the complement of the bits of r·2⁻¹²⁸ on the
+    upper side (negative, so first, and descending), the bits of r elsewhere (1, inf or NaN, all past
+    the lower side's). Ratios of the upper
+    side past DBL_MAX (p denormal next to q) are ordered by their scaled value r·2⁻¹²⁸; their terms
+    p f̃(r) are taken in perspective form from (q, p), and the capped group's P_hi·f̃(t_hi) from
+    (capped mass, P_hi), so that nothing overflows (docs/reliability.md).
     """
 
-    def __init__(self, p: torch.Tensor, q: torch.Tensor, name: str):
-        self.p, self.q, self.name = p, q, name
-        up = (q > p) & (p > 0)
-        lo = q < p  # implies p > 0
-        r = q / p  # inf or NaN where p = 0: those tokens are keyed by the masks alone
-        u = torch.where(torch.isfinite(r), r * _DOWN, (q * _DOWN) / p)  # r·2⁻¹²⁸, also where r overflows
-        key = torch.where(up, u.neg_(), torch.where(lo, r, 2.0))
-        del r, u
-        key, order = torch.sort(key, dim=-1)
-        ps, qs = p.gather(-1, order), q.gather(-1, order)
-        del order
-        in_hi = key < 0
-        in_lo = (key >= 0) & (key < 1.5)
-        R = p.shape[0]
-        self.q0 = torch.where(p > 0, 0.0, q).sum(-1)
-        self.tv = (p - q).clamp_(min=0).sum(-1)
+    def __init__(self, p: torch.Tensor, q: torch.Tensor, divergence, ws: "_Workspace | None" = None):
+        self.forms = forms = divergence if isinstance(divergence, _Forms) else _torch_forms(divergence)
+        self.p, self.q = p, q
+        R, V = p.shape
+        # Few passes, and dead (R, V) buffers reused rather than fresh ones (on a CPU a fresh buffer
+        # costs its page faults, as much as a pass): A, B, C, D below, then the tables.
+        pos = p > 0
+        up = (q > p) & pos
+        # r: inf or NaN where p = 0, sorted after the lower side by its bits (abs: 0/0 is a NaN with
+        # the sign bit set on x86, whose bits would sort first)
+        buf = ws.take if ws is not None else (lambda i: None)
+        A = torch.div(q, p, out=buf(0)).abs_()
+        B = torch.mul(p, _UP, out=buf(1))
+        torch.div(q, B, out=B)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
+        key = A.view(torch.int64)
+        torch.where(up, B.view(torch.int64).bitwise_not_(), key, out=key)
+        del up
+        C = buf(2)
+        skey, order = _sort_rows(key, B.view(torch.int64), torch.empty_like(key) if C is None else C.view(torch.int64))
+        ps = torch.gather(p, -1, order, out=A)
+        qs = torch.gather(q, -1, order, out=buf(3))
+        C = order.view(torch.float64)  # scratch from here on
+        del order, key
+        bounds = torch.tensor([0, _ONE], dtype=torch.int64, device=p.device).expand(R, 2).contiguous()
+        ends = torch.searchsorted(skey, bounds)
+        self.n_hi, self.n_end = ends[:, 0], ends[:, 1]  # the upper side is [0, n_hi), the lower [n_hi, n_end)
+        in_hi = skey < 0
+        in_lo = (skey < _ONE) & ~in_hi
+        # |key| as floats: r·2⁻¹²⁸ on the upper side (the complement undone), r on the lower, and
+        # past it 1, inf (p = 0 < q) or NaN (p = q = 0), which every search below reads as +inf.
+        skey.bitwise_xor_(torch.bitwise_right_shift(skey, 63, out=C.view(torch.int64)))
+        self.key = kabs = skey.view(torch.float64)
+        del skey
+        self.tv = torch.sub(p, q, out=C).clamp_(min=0).sum(-1)
+        self.q0 = torch.mul(q, ~pos, out=C).sum(-1)  # q is finite: q·0 = 0
         self.d_up = self.tv - self.q0
-        zero = torch.zeros((R, 1, 2), dtype=p.dtype, device=p.device)
-        # Exclusive prefix sums, (R, V + 1, 2) of (p, q): the upper side starts at index 0, so the plain
-        # sums are its own; the lower side's are masked to it.
-        pq = torch.stack([ps, qs], -1)
-        self.E_hi = torch.cat([zero, pq.cumsum(1)], 1)
-        pq.mul_(in_lo[..., None])
-        self.E_lo = torch.cat([zero, pq.cumsum(1)], 1)
-        del pq
-        # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal).
-        F = torch.where(in_hi | in_lo, _perspective(name, qs, torch.where(in_hi | in_lo, ps, 1.0)), 0.0)
-        del ps, qs
-        # Suffix sums of F on each side, (R, V + 1, 2): column 0 the upper side, column 1 the lower.
-        FF = torch.stack([torch.where(in_hi, F, 0.0), F.masked_fill_(~in_lo, 0.0)], -1).flip(1)  # F may be inf: no 0·inf
-        del F
-        self.S = torch.cat([FF.cumsum_(1).flip(1), zero], 1)
-        del FF
-        # Breakpoints. Lower: g_k = r_k P_{<k} − Q_{<k} (nondecreasing); t_lo solves g(t) = TV − s.
-        # Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side); t_hi solves
-        # h(t) = D_up − s. Outside its side each is −inf/+inf, so that one searchsorted on the whole
-        # row counts the side's breakpoints below a level; cummax absorbs rounding.
-        g = torch.addcmul(-self.E_lo[:, :-1, 1], key, self.E_lo[:, :-1, 0])
-        g = torch.where(in_lo, g, torch.where(in_hi, -_INF, _INF))
-        self.g = g.cummax(-1).values
-        del g
-        # r_m P_{<m} as u_m·(P·2¹²⁸) with u = −key on the upper side: finite past DBL_MAX.
-        h = torch.addcmul(self.E_hi[:, :-1, 1], key, self.E_hi[:, :-1, 0] * _UP)
-        self.h = torch.where(in_hi, h, _INF).cummax(-1).values
-        del h
-        self.key = key
-        self.n_hi = in_hi.sum(-1)
-        self.n_lo = in_lo.sum(-1)
+        del pos
+        # Inclusive prefix sums (R, V) (``_at`` reads Σ_{i<j} at j − 1): the upper side starts at
+        # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
+        self.Chp, self.Chq = torch.cumsum(ps, -1, out=buf(4)), torch.cumsum(qs, -1, out=buf(5))
+        # p·f̃(r) per token, in perspective form from (q, p): finite however large r is (p denormal);
+        # NaN or inf on tokens of neither side, which the masks below drop (a where, not 0·inf).
+        # Its suffix sums on each side, from ratio 1 outward, are held reversed (2, R, V): the sum over
+        # positions ≥ j at column V − 1 − j (``_suffix``).
+        if forms.log_ratio_term is not None:  # from log r = log|key| (+128 log 2 on the upper side): one log
+            log_r = torch.log(kabs, out=buf(6)).add_(in_hi, alpha=128 * _LN2)  # (not in C: F is flipped into C)
+            F = forms.log_ratio_term(qs, ps, log_r)
+        else:
+            F = forms.perspective(qs, ps)
+        S = F.new_empty((2, R, V)) if ws is None else ws.pair(7)
+        torch.ops.aten.flip.out(F, [-1], out=S[0])
+        S[1].copy_(S[0]).masked_fill_(~in_lo.flip(-1), 0.0)  # a fill, not 0·inf
+        S[0].masked_fill_(~in_hi.flip(-1), 0.0)
+        self.S = S.cumsum_(-1)
+        out_lo = ~in_lo
+        self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum_(-1)
+        self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum_(-1)
+        del ps, qs, out_lo
+        # Breakpoints (token k itself adds r_k p_k − q_k = 0, so the inclusive sums serve).
+        # Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
+        # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and P_lo − Q_lo = TV, inf or NaN
+        # past it, so one searchsorted on the row, clamped to [n_hi, n_end], finds the lower side's
+        # breakpoint. Upper: h_m = Q_{<m} − r_m P_{<m} (nondecreasing along the descending side),
+        # +inf past it; t_hi solves h(t) = D_up − s. A binary search returns a crossing of the level
+        # however rounding perturbs the order, and the answer is clamped to the gap it finds.
+        self.g = torch.mul(kabs, self.Clp, out=C).sub_(self.Clq)
+        # r_m P_{<m} as u_m·(P·2¹²⁸) with u = |key| on the upper side: finite past DBL_MAX.
+        P_up = torch.mul(self.Chp, _UP, out=F)
+        self.h = torch.addcmul(self.Chq, kabs, P_up, value=-1.0, out=F).masked_fill_(~in_hi, _INF)
+
+    def _suffix(self, side: int, j: torch.Tensor) -> torch.Tensor:
+        """Σ_{i ≥ j} F_i on a side (0 upper, 1 lower), gathered at positions j ∈ [0, V] (R, K)."""
+        V = self.key.shape[-1]
+        return self.S[side].gather(-1, (V - 1 - j).clamp_(min=0)).masked_fill_(j >= V, 0.0)
 
     def s_max(self, zeros: str = "continue") -> torch.Tensor:
         """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
-        if zeros == "keep" or math.isinf(_F_INF_TILDE[self.name]):
+        if zeros == "keep" or math.isinf(self.forms.f_inf_tilde):
             return torch.minimum(self.tv, self.d_up)
         return self.tv
 
     def _at(self, s: torch.Tensor):
-        """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need."""
-        c = (self.tv[:, None] - s).clamp(min=0)
-        k = torch.searchsorted(self.g, c)  # index in the row of the first unclipped lower token
-        PL = self.E_lo[..., 0].gather(-1, k)
-        QL = self.E_lo[..., 1].gather(-1, k)
-        t_lo = torch.where(PL > 0, (c + QL) / torch.where(PL > 0, PL, 1.0), 0.0)  # PL = 0 only at s = TV
-        # within the gap of sorted ratios found, and in [0, 1]
+        """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need.
+
+        Written with few small ops (the budget search calls it ~20 times): in-place fills rather
+        than wheres, one shifted index per side for the exclusive sums and the ratio below."""
+        n_hi, n_end = self.n_hi[:, None], self.n_end[:, None]
         V = self.key.shape[-1]
-        first = k <= self.n_hi[:, None]
-        r_below = torch.where(first, 0.0, self.key.gather(-1, (k - 1).clamp(min=0)))
-        last = k >= (self.n_hi + self.n_lo)[:, None]
-        r_above = torch.where(last, 1.0, self.key.gather(-1, k.clamp(max=V - 1)))
-        t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp(0.0, 1.0)
-        t_lo = torch.where(s <= 0, 1.0, t_lo)
+        flat = s <= 0
+        c = (self.tv[:, None] - s).clamp_(min=0)
+        k = torch.searchsorted(self.g, c).clamp_(min=n_hi, max=n_end)  # index in the row of the first unclipped lower token
+        km1 = (k - 1).clamp_(min=0)
+        # Σ_{i<k} from the inclusive sums: zero on the upper side already, so only k = 0 needs a fill
+        k0 = k == 0
+        PL = self.Clp.gather(-1, km1).masked_fill_(k0, 0.0)
+        QL = self.Clq.gather(-1, km1).masked_fill_(k0, 0.0)
+        t_lo = (c + QL).div_(PL).masked_fill_(PL <= 0, 0.0)  # PL = 0 only at s = TV
+        # within the gap of sorted ratios found, and in [0, 1]
+        r_below = self.key.gather(-1, km1).masked_fill_(k <= n_hi, 0.0)
+        r_above = self.key.gather(-1, k.clamp(max=V - 1)).masked_fill_(k >= n_end, 1.0)
+        t_lo = torch.minimum(torch.maximum(t_lo, r_below), r_above).clamp_(0.0, 1.0).masked_fill_(flat, 1.0)
         c2 = self.d_up[:, None] - s
         m = torch.searchsorted(self.h, c2, right=True)  # capped upper tokens
-        PH = self.E_hi[..., 0].gather(-1, m)
-        QH = self.E_hi[..., 1].gather(-1, m)
+        mm1 = (m - 1).clamp_(min=0)
+        m0 = m == 0
+        PH = self.Chp.gather(-1, mm1).masked_fill_(m0, 0.0)
+        QH = self.Chq.gather(-1, mm1).masked_fill_(m0, 0.0)
         open_end = (c2 <= 0) | (PH <= 0)
-        m = torch.where(open_end, 0, m)  # nothing capped: every upper token is at q
-        one = torch.ones_like(PH)
-        num = torch.where(open_end, one, QH - c2)
-        den = torch.where(open_end, one, PH)
-        num = torch.maximum(num, den)  # t_hi ≥ 1
-        num = torch.where(s <= 0, one, num)
-        den = torch.where(s <= 0, one, den)
-        open_end = open_end & (s > 0)
-        t_hi = torch.where(open_end, _INF, num / den)
+        m = m.masked_fill_(open_end, 0)  # nothing capped: every upper token is at q
+        num = (QH - c2).masked_fill_(open_end, 1.0)
+        den = PH.masked_fill_(open_end, 1.0)
+        num = torch.maximum(num, den).masked_fill_(flat, 1.0)  # t_hi ≥ 1
+        den = den.masked_fill_(flat, 1.0)
+        open_end = open_end & ~flat
+        t_hi = (num / den).masked_fill_(open_end, _INF)
         return dict(k=k, m=m, PL=PL, t_lo=t_lo, t_hi=t_hi, num=num, den=den, open_end=open_end, s=s)
 
     def divergence(self, s: torch.Tensor, at=None) -> torch.Tensor:
         """D_f(π(s)‖p) at s (R, K), O(log V) per point (docs/theory.md §4)."""
         a = at or self._at(s)
-        name = self.name
+        f_tilde, perspective = self.forms.f_tilde, self.forms.perspective
         PL, t_lo = a["PL"], a["t_lo"]
-        d = torch.where(PL > 0, PL * _f_tilde(name, t_lo), 0.0)
-        d = d + self.S[..., 1].gather(-1, a["k"]) + self.S[..., 0].gather(-1, a["m"])
+        d = (PL * f_tilde(t_lo)).masked_fill_(PL <= 0, 0.0)  # not 0·f̃(0) = 0·inf
+        d += self._suffix(1, a["k"])
+        d += self._suffix(0, a["m"])
         num, den, t_hi, open_end = a["num"], a["den"], a["t_hi"], a["open_end"]
         near = t_hi <= _FAR
-        capped = torch.where(near, den * _f_tilde(name, torch.where(near, t_hi, 1.0)), _perspective(name, num, den))
-        d = d + torch.where(open_end | (a["m"] == 0), 0.0, capped)
+        capped = torch.where(near, den * f_tilde(torch.where(near, t_hi, 1.0)), perspective(num, den))
+        d += capped.masked_fill_(open_end | (a["m"] == 0), 0.0)
         return d + self._tail(s)
 
     def _tail(self, s: torch.Tensor) -> torch.Tensor:
         extra = (s - self.d_up[:, None]).clamp(min=0)
-        f_inf = _F_INF_TILDE[self.name]
+        f_inf = self.forms.f_inf_tilde
         return torch.where(extra > 0, extra * f_inf, 0.0) if math.isinf(f_inf) else extra * f_inf
 
     def search(self, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
@@ -259,64 +446,65 @@ class _Point:
     def take(self, rows: torch.Tensor) -> "_Point":
         return _Point(*(x[rows] for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)))
 
-    def pi(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0."""
+    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None, ws: "_Workspace | None" = None) -> torch.Tensor:
+        """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0.
+
+        ``dtype``: of the result (default p's), rounded once from the float64 values; ``ws``: scratch
+        buffers of p's shape (the result is always a fresh tensor)."""
         shape = (-1,) + (1,) * (p.ndim - 1)
         t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
-        # p_i·t_hi, without forming t_hi where it overflows; ≥ p_i since t_hi ≥ 1.
-        cap = torch.where(torch.isfinite(t_hi), p * t_hi, (p / den) * num)
-        cap = torch.where(open_end, _INF, cap)
-        body = torch.maximum(t_lo * p, torch.minimum(q, cap))
-        return torch.where(p > 0, body, q * z)
-
-
-def _perspective(name: str, pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """p f̃(π/p) for p > 0 without forming π/p (which overflows when p is denormal)."""
-    if name == "tv":
-        return 0.5 * (pi - p).abs()
-    if name == "kl":
-        return torch.xlogy(pi, pi) - pi * torch.log(p) - pi + p
-    if name == "reverse_kl":
-        return p * (torch.log(p) - torch.log(pi)) + pi - p
-    if name == "chi2":
-        return (pi - p) ** 2 / p
-    if name == "neyman_chi2":
-        return torch.where(pi > 0, (pi - p) ** 2 / torch.where(pi > 0, pi, 1.0), _INF)
-    if name == "hellinger":
-        return (pi.sqrt() - p.sqrt()) ** 2
-    if name == "js":
-        m = pi + p
-        return 0.5 * (torch.xlogy(pi, 2 * pi / m) + p * torch.log(2 * p / m))
-    raise ValueError(f"the torch backend knows the built-in divergences {BUILTIN_NAMES}, not {name!r}")
+        # p_i·t_hi as (p_i/d)·m: d = 1, m = t_hi where t_hi is finite (the same product), else
+        # (den, num), so that nothing overflows where t_hi does; m = inf when nothing is capped.
+        finite = torch.isfinite(t_hi)
+        d = torch.where(finite, 1.0, den)
+        m = torch.where(open_end, _INF, torch.where(finite, t_hi, num))
+        cap = torch.div(p, d, out=ws.take(0) if ws else None).mul_(m)
+        # max(t_lo p, min(q, cap)) as one clamp, since t_lo p ≤ p ≤ cap; where p = 0 the cap is NaN.
+        low = torch.mul(t_lo, p, out=ws.take(1) if ws else None)
+        body = torch.clamp(q, min=low, max=cap, out=cap)
+        if ws is None:
+            out = torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
+            return out if dtype is None else out.to(dtype)
+        if dtype in (None, p.dtype):  # a fresh result: the scratch is reused by the next solve
+            return torch.where(p > 0, body, torch.mul(q, z, out=low), out=torch.empty_like(body))
+        return torch.where(p > 0, body, torch.mul(q, z, out=low), out=body).to(dtype)
 
 
 def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
     r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, in torch.
 
     Rows must be distributions, to the same relative tolerance as :func:`mentored.solve` (1e-6 for
-    float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``zeros="keep"`` adds
-    the constraint :math:`\pi_i = 0` where :math:`p_i = 0` (docs/theory.md §8: the curve stops at
-    :math:`s = \mathrm{TV} - Q_0` for every divergence); ``"continue"`` is the problem as stated.
-    Returns :math:`\pi` in the dtype and on the device of ``target`` (computed in float64).
+    float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``divergence`` is a
+    built-in or a :meth:`~mentored.Divergence.from_sympy` divergence (compiled to torch,
+    ``_torch_forms``). ``zeros="keep"`` adds the constraint :math:`\pi_i = 0` where :math:`p_i = 0`
+    (docs/theory.md §8: the curve stops at :math:`s = \mathrm{TV} - Q_0` for every divergence);
+    ``"continue"`` is the problem as stated. Returns :math:`\pi` in the dtype and on the device of
+    ``target`` (computed in float64).
     """
-    name = builtin_name(divergence)
+    forms = _torch_forms(divergence)
     if target.ndim != 2 or target.shape != draft.shape:
         raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
-    check_rows(target, "target")
-    check_rows(draft, "draft")
-    p, q = target.to(torch.float64), draft.to(torch.float64)
+    sp_ = check_rows(target, "target")
+    sq_ = check_rows(draft, "draft")
+    # normalised and widened to float64 in one pass each (a float32 row divided by its float64 sum)
+    ws = _workspace(target)
+    p = torch.div(target, sp_[:, None], out=ws.take(9) if ws else None)
+    q = torch.div(draft, sq_[:, None], out=ws.take(10) if ws else None)
     R = p.shape[0]
-    b = np.asarray(budget, dtype=np.float64)
+    b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
         raise ValueError(f"budget must be a scalar or have one value per row ({R}), got shape {b.shape}")
     if np.any(np.isnan(b)) or np.any(b < 0):
         raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
     eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
-    return solve_rows(p, q, name, eps, zeros).to(target.dtype)
+    rows = _Rows(p, q, forms, ws)
+    point = rows.point(rows.search(eps, zeros))
+    del rows  # its tables are the workspace's: π's scratch reuses them
+    return point.pi(p, q, dtype=target.dtype, ws=ws)
 
 
 def builtin_name(divergence) -> str:
-    """The name of a built-in divergence, or a ValueError for a custom one."""
+    """The name of a built-in divergence, or a ValueError for a custom one (serving's contract)."""
     div = _divergence(divergence)
     name = div.name
     # By identity, not by name: a custom divergence may be called "kl" and still be another f.
@@ -328,20 +516,35 @@ def builtin_name(divergence) -> str:
     return name
 
 
-def solve_rows(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
-    """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync."""
-    rows = _Rows(p / p.sum(-1, keepdim=True), q / q.sum(-1, keepdim=True), name)
-    return rows.pi(rows.search(eps, zeros))
+def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:
+    """π in float64 for float64 rows (R, V) and budgets ``eps`` (R,) on their device: no checks, no host sync.
+
+    ``divergence``: a name, a :class:`~mentored.Divergence` or its ``_Forms``.
+    """
+    ws = _workspace(p)
+    p = torch.div(p, p.sum(-1, keepdim=True), out=ws.take(9) if ws else None)
+    q = torch.div(q, q.sum(-1, keepdim=True), out=ws.take(10) if ws else None)
+    rows = _Rows(p, q, divergence, ws)
+    point = rows.point(rows.search(eps, zeros))
+    del rows
+    return point.pi(p, q, ws=ws)
 
 
-def solve_point(p: torch.Tensor, q: torch.Tensor, name: str, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
+def solve_point(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
     """The thresholds of the optimum per row, for rows (R, V) already normalised, float64.
 
     π of any row or token follows without forming the others (``_Point.pi``). No checks, no host
     synchronisation.
     """
-    rows = _Rows(p, q, name)
+    ws = _workspace(p)
+    rows = _Rows(p, q, divergence, ws if ws is None or not _aliases(ws, p, q) else None)
     return rows.point(rows.search(eps, zeros))
+
+
+def _aliases(ws: "_Workspace", *xs: torch.Tensor) -> bool:
+    """Whether any of xs shares memory with the workspace (rows it normalised itself)."""
+    lo, hi = ws.flat.data_ptr(), ws.flat.data_ptr() + ws.flat.numel() * ws.flat.element_size()
+    return any(lo <= x.data_ptr() < hi for x in xs)
 
 
 def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -403,3 +606,108 @@ def speculative_step(
     q = q.to(dtype)
     pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
     return verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)
+
+
+_CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core
+
+
+def _as_core_input(x, name: str):
+    """A CPU tensor as the numpy array sharing its memory (anything else as it is); half precision refused."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if x.dtype.is_floating_point and x.dtype not in (torch.float32, torch.float64):
+        half = str(x.dtype).rsplit(".", 1)[-1]
+        raise TypeError(f"{name} has dtype {half}; cast it to float32 or float64 (half precision is not supported)")
+    return x.detach().resolve_conj().resolve_neg().numpy()
+
+
+def _solve_tensors(solve_np, finish, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
+    """:func:`mentored.solve` for torch tensors: π as a tensor of the target's dtype and device.
+
+    ``solve_np`` is :func:`mentored.solve` itself and ``finish`` makes the Solution of a device solve
+    (its λ, μ and ``check=True``), both handed down by it: this module does not import ``_solve``.
+
+    CPU tensors go to the compiled core through numpy views of their memory (no copy when they are
+    contiguous float32/float64); ``out`` may be a CPU tensor. Tensors on another device are solved
+    there by the torch algorithm (``_Rows``), with the Solution's per-row fields read back as numpy.
+    """
+    tensors = [x for x in (target, draft) if isinstance(x, torch.Tensor)]
+    devices = {x.device for x in tensors}
+    if len(devices) > 1 or (len(tensors) == 1 and tensors[0].device.type not in _CORE_DEVICES):
+        raise ValueError(f"target and draft must be on one device, got {_where(target)} and {_where(draft)}")
+    device = devices.pop()
+    if device.type in _CORE_DEVICES:
+        out_np = out.detach().numpy() if isinstance(out, torch.Tensor) else out
+        sol = solve_np(
+            _as_core_input(target, "target"), _as_core_input(draft, "draft"), divergence=divergence, budget=budget, acceptance=acceptance,
+            threads=threads, normalize=normalize, check=check, out=out_np,
+        )
+        pi = out if isinstance(out, torch.Tensor) else torch.from_numpy(sol.pi)
+        return dataclasses.replace(sol, pi=pi)
+    if out is not None:
+        raise ValueError("out= is for CPU tensors and numpy arrays; on another device take Solution.pi")
+    return _solve_on_device(finish, target, draft, divergence, budget, acceptance, normalize, check)
+
+
+def _where(x) -> str:
+    return f"{x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _solve_on_device(finish, target, draft, divergence, budget, acceptance, normalize, check):
+
+    div = _divergence(divergence)
+    forms = _torch_forms(div)
+    if (budget is None) == (acceptance is None):
+        raise ValueError("give exactly one of budget= and acceptance=")
+    for name, x in (("target", target), ("draft", draft)):
+        if x.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} has dtype {x.dtype}; cast it to float32 or float64")
+        if x.ndim not in (1, 2) or x.shape[-1] == 0:
+            raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {tuple(x.shape)}")
+    if target.shape != draft.shape:
+        raise ValueError(f"target and draft must have the same shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
+    squeeze = target.ndim == 1
+    t2, d2 = target.reshape(-1, target.shape[-1]), draft.reshape(-1, draft.shape[-1])
+    if normalize:
+        sums = [_check_normalizable(x, name) for x, name in ((t2, "target"), (d2, "draft"))]
+    else:
+        sums = [check_rows(t2, "target"), check_rows(d2, "draft")]
+    p, q = torch.div(t2, sums[0][:, None]), torch.div(d2, sums[1][:, None])
+    R = p.shape[0]
+    rows = _Rows(p, q, forms)
+    if budget is not None:
+        values = per_row(budget, R, "budget")
+        s = rows.search(torch.as_tensor(values, device=p.device), "continue")
+    else:
+        values = per_row(acceptance, R, "acceptance", upper=1.0)
+        a = torch.as_tensor(values, device=p.device)
+        s = (a - 1 + rows.tv).clamp(min=0)  # A(π(s)) = 1 − TV + s
+        s_max = rows.s_max("continue")
+        far = s > s_max * (1 + 1e-12) + 1e-15
+        if bool(far.any()):  # validation: one read-back
+            r = int(far.nonzero()[0, 0])
+            raise ValueError(
+                f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most reachable is "
+                f"{float(1 - rows.tv[r] + s_max[r])}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
+            )
+        s = torch.minimum(s, s_max)
+    point = rows.point(s)
+    pi64 = point.pi(p, q)
+    D = rows.divergence(s[:, None])[:, 0]
+    acc = torch.minimum(pi64, q).sum(-1)
+    res = torch.stack([s, point.t_lo, point.t_hi, acc, D], -1).cpu().numpy()  # the core's first five columns
+    binding = res[:, 0] < rows.s_max("continue").cpu().numpy() if budget is not None else np.ones(R, dtype=bool)
+    certify = (p, q, res[:, 4] if budget is None else values, budget is not None) if check else None
+    return finish(div, pi64.to(target.dtype), res, binding, squeeze, certify)
+
+
+def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
+    """normalize=True on a device: finite, nonnegative rows with a positive sum; their float64 sums."""
+    sums = x.sum(-1, dtype=torch.float64)
+    if not bool(torch.isfinite(sums).all() & (x.amin() >= 0)):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or infinite entries")
+        raise ValueError(f"{name} has negative entries")
+    if bool((sums <= 0).any()):
+        raise ValueError(f"{name} has all-zero rows: {int((sums <= 0).nonzero()[0, 0])}")
+    return sums
