@@ -26,3 +26,32 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def rng(request):
     # A seed per test, stable across runs and processes, independent of test order.
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def one_core_call(monkeypatch):
+    """``one_core_call(refuse=(...))``: count the calls of ``_core.verify`` and make each core entry
+    named in ``refuse`` (``"module.attr"`` for a Python function) fail the test if reached."""
+    import importlib
+
+    import mentored
+
+    calls = []
+    verify = mentored._core.verify
+
+    def counted(*args):
+        calls.append(1)
+        return verify(*args)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the computation left the one core call")
+
+    def arm(refuse):
+        monkeypatch.setattr(mentored._core, "verify", counted)
+        for name in refuse:
+            owner, attr = (importlib.import_module(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]) if "." in name else (mentored._core, name)
+            monkeypatch.setattr(owner, attr, refused)
+        return calls
+
+    return arm
+

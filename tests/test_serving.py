@@ -411,28 +411,13 @@ def test_verifier_equals_rejection_sample(div, zeros, rng):
                 assert_array_equal(ver(d, np.array(n), q, p, bonus, uniforms=u), want)
 
 
-def test_verifier_is_one_core_call(monkeypatch, rng):
-    import mentored.serving as serving
-
+def test_verifier_is_one_core_call(one_core_call, rng):
     V, n = 30, [2, 0, 3]
     ver = Verifier(V, divergence="kl", budget=0.3, dtype=np.float64, seed=0)
     p = rng.dirichlet(np.ones(V), 5)
     q = rng.dirichlet(np.ones(V), 5)
     d = np.array([rng.choice(V, p=r) for r in q])
-    calls = []
-    verify = mentored._core.verify
-
-    def counted(*a):
-        calls.append(1)
-        return verify(*a)
-
-    def refused(*a, **k):
-        raise AssertionError("the fast path left the core")
-
-    monkeypatch.setattr(mentored._core, "verify", counted)
-    for name in ("solve", "speculative_step", "row_stats"):
-        monkeypatch.setattr(mentored._core, name, refused)
-    monkeypatch.setattr(serving, "rejection_sample", refused)
+    calls = one_core_call(refuse=("solve", "speculative_step", "row_stats", "mentored.serving.rejection_sample"))
     out = ver(d, n, q, p, np.array([[1], [2], [3]]))
     assert out.dtype == np.int32 and out.shape == (3, 4) and len(calls) == 1
 

@@ -174,21 +174,9 @@ def test_one_call_equals_pi_then_step(div, zeros, dtype, rng):
         assert_array_equal(got, _two_calls(p, bonus, q, draft, u, div, budget, zeros))
 
 
-def test_one_crossing_for_builtin_divergences(monkeypatch, rng):
+def test_one_crossing_for_builtin_divergences(one_core_call, rng):
     p, bonus, q, draft = _batch(rng, 3, 4, 30)
-    calls = []
-    verify = mentored._core.verify
-
-    def counted(*a):
-        calls.append(1)
-        return verify(*a)
-
-    def refused(*a, **k):
-        raise AssertionError("π solved outside the one-call core")
-
-    monkeypatch.setattr(mentored._core, "verify", counted)
-    monkeypatch.setattr(mentored._core, "solve", refused)
-    monkeypatch.setattr(mentored._core, "speculative_step", refused)
+    calls = one_core_call(refuse=("solve", "speculative_step"))
     for zeros in ("keep", "continue"):
         mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.3, seed=0, zeros=zeros)
     assert len(calls) == 2
