@@ -112,6 +112,7 @@ def speculative_step(
             seed=seed,
             uniforms=uniforms,
             zeros=zeros,
+            numpy_step=speculative_step,
         )
     _check_zeros(zeros)
     p, bonus, q, draft = _check_step_inputs(

@@ -581,9 +581,12 @@ def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.
 
 def speculative_step(
     target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None,
-    zeros="continue",
+    zeros="continue", numpy_step=None,
 ) -> torch.Tensor:
-    """:func:`mentored.speculative_step` for torch tensors, computed on their device."""
+    """:func:`mentored.speculative_step` for torch tensors: the uniforms drawn on their device (a seed
+    gives the same tokens on every device), then CPU tensors verified by the compiled core through
+    ``numpy_step`` (the numpy :func:`mentored.speculative_step`, handed down by it) on views of their
+    memory, and tensors on another device by the torch algorithm there."""
     check_zeros(zeros)
     p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor)
     device = p.device
@@ -602,6 +605,12 @@ def speculative_step(
     bonus = bonus.to(device=device, dtype=torch.int64)
     if k == 0:
         return bonus.clone()
+    if numpy_step is not None and device.type in _CORE_DEVICES:
+        out = numpy_step(
+            _as_core_input(p, "target_with_bonus_probs"), bonus.numpy(), _as_core_input(q, "draft_probs"), draft.numpy(),
+            divergence=divergence, budget=budgets, uniforms=u.numpy(), zeros=zeros,
+        )
+        return torch.from_numpy(out)
     dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
     q = q.to(dtype)
     pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)

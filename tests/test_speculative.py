@@ -270,3 +270,20 @@ def test_torch_seeded_and_bad_input(rng):
         mentored.speculative_step(p, bonus, q, draft[:, :2], budget=0.1)
     with pytest.raises(TypeError, match="integer token ids"):
         mentored.speculative_step(p, bonus, q, draft.double(), budget=0.1)
+
+
+def test_cpu_tensors_are_verified_by_the_core(one_core_call, rng):
+    # CPU tensors take the numpy path's one core call (no torch solve), with the uniforms a seed
+    # draws on the tensors' device, and come back as a tensor.
+    torch = pytest.importorskip("torch", reason="torch tensors need torch (pip install 'mentored[torch]')")
+    p, bonus, q, draft = _batch(rng, 3, 4, 30)
+    u = rng.random((3, 4, 2))
+    want = mentored.speculative_step(p, bonus, q, draft, divergence="hellinger", budget=0.2, uniforms=u)
+    calls = one_core_call(refuse=("mentored.torch_backend.solve", "mentored.torch_backend.verify"))
+    T = torch.from_numpy
+    got = mentored.speculative_step(T(p), T(bonus), T(q), T(draft), divergence="hellinger", budget=0.2, uniforms=T(u))
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.int64
+    assert_array_equal(got.numpy(), want)
+    seeded = [mentored.speculative_step(T(p), T(bonus), T(q), T(draft), divergence="hellinger", budget=0.2, seed=7) for _ in range(2)]
+    assert_array_equal(seeded[0].numpy(), seeded[1].numpy())
+    assert len(calls) == 3
