@@ -27,9 +27,19 @@ fi
 echo "+ $main_command --quick"
 bash -c "$main_command --quick"
 
-make -C proofs
-# The compiled core under ASan + UBSan, on the tests that reach it (about 2 minutes with its build;
-# docs/reliability.md). The atheris fuzzer (fuzz/README.md) is run by hand, not here.
+# The proofs (Coq is one process) run alongside the compiled core under ASan + UBSan, on the tests
+# that reach it (about 2 minutes with its build; docs/reliability.md); the proofs' log is printed
+# when both are done. The atheris fuzzer (fuzz/README.md) is run by hand, not here.
+proofs_log=$(mktemp)
+make -C proofs > "$proofs_log" 2>&1 &
+proofs=$!
 fuzz/sanitized.sh
+if ! wait "$proofs"; then
+  cat "$proofs_log"
+  echo "tests/run.sh: make -C proofs failed" >&2
+  exit 1
+fi
+cat "$proofs_log"
+rm -f "$proofs_log"
 # -P: import the installed package (with its compiled core), not the source folder.
 python3 -P -m pytest tests --nbmake notebooks "$@"
