@@ -488,8 +488,7 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     sq_ = check_rows(draft, "draft")
     # normalised and widened to float64 in one pass each (a float32 row divided by its float64 sum)
     ws = _workspace(target)
-    p = torch.div(target, sp_[:, None], out=ws.take(9) if ws else None)
-    q = torch.div(draft, sq_[:, None], out=ws.take(10) if ws else None)
+    p, q = _normalised(target, sp_, ws, 9), _normalised(draft, sq_, ws, 10)
     R = p.shape[0]
     b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
@@ -501,6 +500,14 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     point = rows.point(rows.search(eps, zeros))
     del rows  # its tables are the workspace's: π's scratch reuses them
     return point.pi(p, q, dtype=target.dtype, ws=ws)
+
+
+def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Tensor:
+    """x / sums per row, float64: widened into a workspace buffer, then divided in place (a mixed-dtype
+    division into ``out=`` is several times slower on a CPU); the same values as ``x / sums``."""
+    if ws is None:
+        return torch.div(x, sums[:, None])
+    return ws.take(slot).copy_(x).div_(sums[:, None])
 
 
 def builtin_name(divergence) -> str:
