@@ -140,22 +140,29 @@ def as_pair(target, draft, normalize: bool, with_sums: bool = False, threads: in
     return p2, q2, (np.stack([sp, sq], axis=-1) if p2 is p and q2 is q else None)
 
 
-def per_row(value, rows: int, name: str, *, upper: float | None = None) -> np.ndarray:
-    """A scalar or one value per row, as a float64 array of length ``rows``; NaN and negatives refused."""
+def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: str | None = None) -> np.ndarray:
+    """A scalar or one value per row, as a float64 array of length ``rows``; NaN and negatives refused.
+
+    ``unit`` (e.g. ``"request"``) names what the rows are, in the shape message and as the place of a
+    bad value ("... for request 3")."""
     try:
-        v = np.asarray(value, dtype=np.float64)
+        v = np.asarray(value.tolist() if hasattr(value, "tolist") else value, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a number or an array of numbers, got {type(value).__name__}") from None
     if v.ndim == 0:
         v = np.full(rows, float(v))
     if v.shape != (rows,):
-        raise ValueError(f"{name} must be a scalar or have one value per row ({rows}), got shape {v.shape}")
+        raise ValueError(f"{name} must be a scalar or have one value per {unit or 'row'} ({rows}), got shape {v.shape}")
+
+    def at(bad) -> str:
+        return f" for {unit} {int(np.flatnonzero(bad)[0])}" if unit else ""
+
     if np.any(np.isnan(v)):
-        raise ValueError(f"{name} is NaN")
+        raise ValueError(f"{name} is NaN{at(np.isnan(v))}")
     if np.any(v < 0):
-        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]}")
+        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]}{at(v < 0)}")
     if upper is not None and np.any(v > upper):
-        raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]}")
+        raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]}{at(v > upper)}")
     return np.ascontiguousarray(v)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import _floats
-from .divergences import Divergence, divergence as _divergence
+from ._validate import _floats, per_row
+from .divergences import _NP, Divergence, _TorchOps, divergence as _divergence
 from . import _core
 from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros
 from .speculative import _step_error, solve_pi
@@ -77,19 +77,7 @@ class _Plan:
                 if d not in divs:
                     divs.append(d)
                 which[b] = divs.index(d)
-        try:
-            eps = np.asarray(budget.tolist() if hasattr(budget, "tolist") else budget, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"budget must be a number or one number per request, got {type(budget).__name__}") from None
-        if eps.ndim == 0:
-            eps = np.full(B, float(eps))
-        if eps.shape != (B,):
-            raise ValueError(f"budget must be a scalar or have one value per request (B = {B}), got shape {eps.shape}")
-        if np.any(np.isnan(eps)):
-            raise ValueError(f"budget is NaN for request {int(np.flatnonzero(np.isnan(eps))[0])}")
-        if np.any(eps < 0):
-            b = int(np.flatnonzero(eps < 0)[0])
-            raise ValueError(f"budget must be nonnegative (inf allowed), got {eps[b]} for request {b}")
+        eps = per_row(budget, B, "budget", unit="request")
         self.divs = divs
         rreq = self.req[self.rnd]
         self.eps_rnd = eps[rreq]
@@ -152,72 +140,59 @@ def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
 
 
 def _onehot_np(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
-    f_inf = div.f_inf - div.tilt  # f̃∞
-    zero = px <= 0
+    if div.builtin is not None:
+        spec = div.builtin
+
+        def term(x, y):
+            return spec.perspective(_NP, x, y)
+    else:
+        f_inf = div.f_inf - div.tilt
+
+        def term(x, y):  # y·f̃(x/y) of a user generator; its limit y·f̃∞·(x/y) where x/y overflows
+            r = x / y
+            huge = r > 1e100
+            return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
+
     with np.errstate(all="ignore"):
-        if div.name == "tv" and div is _divergence("tv"):
-            a = np.minimum(1.0, px + eps)
-        elif div.name == "chi2" and div is _divergence("chi2"):
-            a = np.minimum(1.0, px + np.sqrt(eps * px * (1.0 - px)))
-        else:
-            ft = div.f_tilde
-
-            def D(a):
-                pos = np.where(zero, 1.0, px)
-                t1 = np.where(zero, np.where(a > 0, a * f_inf, 0.0), pos * ft(a / pos))
-                t1 = np.where(~zero & (a / pos > 1e100), a * f_inf if np.isfinite(f_inf) else np.inf, t1)
-                rest = 1.0 - px
-                t2 = np.where(rest > 0, rest * ft((1.0 - a) / np.where(rest > 0, rest, 1.0)), 0.0)
-                return t1 + t2
-
-            lo, hi = px.copy(), np.ones_like(px)
-            top = D(hi) <= eps
-            for _ in range(_BISECT):
-                mid = 0.5 * (lo + hi)
-                good = D(mid) <= eps
-                lo = np.where(good, mid, lo)
-                hi = np.where(good, hi, mid)
-            a = np.where(top, 1.0, lo)
-    a = np.where(eps <= 0, px, np.maximum(a, px))
-    if zeros == "keep" or not np.isfinite(f_inf):
-        a = np.where(zero, 0.0, a)
-    return a
+        return _onehot(_NP, px, eps, div, zeros, term)
 
 
 def _onehot_torch(px, eps, div: Divergence, zeros: str):
-    import torch
+    from .torch_backend import _torch_forms
 
-    from .torch_backend import _f_tilde, builtin_name
+    return _onehot(_TorchOps(), px, eps, div, zeros, _torch_forms(div).perspective)
 
-    name = builtin_name(div)
-    f_inf = div.f_inf - div.tilt
+
+def _onehot(ops, px, eps, div: Divergence, zeros: str, term):
+    """The bisection of :func:`onehot_acceptance` on an array namespace (numpy or torch): ``term(x, y)``
+    is y·f̃(x/y) for y > 0 there (the divergence's perspective, finite however small y is)."""
+    f_inf = div.f_inf - div.tilt  # f̃∞
     zero = px <= 0
-    if name == "tv":
-        a = torch.clamp(px + eps, max=1.0)
-    elif name == "chi2":
-        a = torch.clamp(px + torch.sqrt(eps * px * (1.0 - px)), max=1.0)
+    if div.compiled == _core.Generator.tv:
+        a = ops.clamp(px + eps, hi=1.0)
+    elif div.compiled == _core.Generator.chi2:
+        a = ops.clamp(px + ops.sqrt(eps * px * (1.0 - px)), hi=1.0)
     else:
+        rest = 1.0 - px
+        some = rest > 0
+        pos, rest1 = ops.where(zero, 1.0, px), ops.where(some, rest, 1.0)
 
         def D(a):
-            pos = torch.where(zero, 1.0, px)
-            ratio = a / pos
-            far = a * f_inf if np.isfinite(f_inf) else torch.where(a > 0, torch.inf, 0.0)
-            t1 = torch.where(zero | (ratio > 1e100), torch.where(a > 0, far, 0.0), pos * _f_tilde(name, torch.where(ratio > 1e100, 1.0, ratio)))
-            rest = 1.0 - px
-            t2 = torch.where(rest > 0, rest * _f_tilde(name, (1.0 - a) / torch.where(rest > 0, rest, 1.0)), 0.0)
-            return t1 + t2
+            # off the target's support a unit of mass costs f̃∞ (0·∞ = 0 where a = 0)
+            t1 = ops.where(zero, ops.where(a > 0, a * f_inf, 0.0), term(a, pos))
+            return t1 + ops.where(some, term(1.0 - a, rest1), 0.0)
 
-        lo, hi = px.clone(), torch.ones_like(px)
+        lo, hi = px + 0.0, ops.ones_like(px)
         top = D(hi) <= eps
         for _ in range(_BISECT):
             mid = 0.5 * (lo + hi)
             good = D(mid) <= eps
-            lo = torch.where(good, mid, lo)
-            hi = torch.where(good, hi, mid)
-        a = torch.where(top, 1.0, lo)
-    a = torch.where(eps <= 0, px, torch.maximum(a, px))
+            lo = ops.where(good, mid, lo)
+            hi = ops.where(good, hi, mid)
+        a = ops.where(top, 1.0, lo)
+    a = ops.where(eps <= 0, px, ops.where(a > px, a, px))
     if zeros == "keep" or not np.isfinite(f_inf):
-        a = torch.where(zero, 0.0, a)
+        a = ops.where(zero, 0.0, a)
     return a
 
 
