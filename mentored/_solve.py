@@ -198,8 +198,8 @@ def solve(
     >>> round(sol.acceptance, 12)  # 1 − TV(p, q) + ε
     0.8
     """
-    # ---- torch tensors: mentored.torch_backend dispatches them (CPU: this core on shared memory;
-    # other devices: the torch algorithm), and π comes back as a tensor of the target's dtype and device.
+    # torch tensors: mentored.torch_backend dispatches them (CPU: this core on shared memory; other
+    # devices: the torch algorithm), and π comes back as a tensor of the target's dtype and device.
     if type(target).__module__.startswith("torch") or type(draft).__module__.startswith("torch"):
         from .torch_backend import _solve_tensors
 
@@ -207,7 +207,6 @@ def solve(
             solve, _finish_tensors, target, draft, divergence=divergence, budget=budget, acceptance=acceptance,
             threads=threads, normalize=normalize, check=check, out=out,
         )
-    # ---- end of the torch dispatch
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
