@@ -184,3 +184,22 @@ def test_the_solve_reads_nothing_back_to_the_host(div, rng, monkeypatch):
     tb.solve_point(p, q, forms, eps, "keep")
     with pytest.raises(_HostSync):  # the trap works
         bool(eps.sum() > 0)
+
+
+def test_speculative_step_returns_tokens_in_the_inputs_kind_and_device(backend, rng):
+    conv, device = backend
+    B, k, V = 3, 4, 40
+    p = rng.dirichlet(np.ones(V), (B, k + 1))
+    q = rng.dirichlet(np.ones(V), (B, k))
+    draft = np.array([[rng.choice(V, p=q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = rng.integers(0, V, (B, 1))
+    u = rng.random((B, k, 2))
+    want = mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.2, uniforms=u)
+    ids = (lambda a: a) if device is None else (lambda a: conv(np.ascontiguousarray(a)))
+    got = mentored.speculative_step(conv(p), ids(bonus), conv(q), ids(draft), divergence="js", budget=0.2, uniforms=conv(u))
+    if device is None:
+        assert isinstance(got, np.ndarray) and got.dtype == np.int64
+    else:
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.int64 and got.device.type == device
+        got = got.cpu().numpy()
+    np.testing.assert_array_equal(got, want)
