@@ -499,7 +499,7 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     rows = _Rows(p, q, forms, ws)
     point = rows.point(rows.search(eps, zeros))
     del rows  # its tables are the workspace's: π's scratch reuses them
-    return point.pi(p, q, dtype=target.dtype, ws=ws)
+    return _as_output(point.pi(p, q, ws=ws), p, target.dtype, forms)
 
 
 def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Tensor:
@@ -508,6 +508,32 @@ def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Ten
     if ws is None:
         return torch.div(x, sums[:, None])
     return ws.take(slot).copy_(x).div_(sums[:, None])
+
+
+_FLT_MIN = float(torch.finfo(torch.float32).tiny)
+
+
+def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms) -> torch.Tensor:
+    """π (float64) in the output dtype. float32: not to nearest but toward p_i, as the core rounds
+    (kernels.hpp, round_toward; proofs: Rounding.v), so that rounding cannot push D_f(π‖p) past the
+    budget the float64 π met: the float32 neighbour of π_i on p_i's side when it is not past p_i; else
+    (π_i and p_i in one gap between float32 neighbours lo < hi) the one nearer p_i, or below FLT_MIN
+    the one whose term p_i f̃(x/p_i) is smaller."""
+    if dtype != torch.float32:
+        return pi.to(dtype)
+    r = pi.to(torch.float32)
+    rd = r.to(torch.float64)
+    lo = torch.where(rd > pi, torch.nextafter(r, r.new_tensor(-_INF)), r)
+    hi = torch.where(rd < pi, torch.nextafter(r, r.new_tensor(_INF)), r)
+    down = pi >= p  # π at or above p: round down, toward p
+    inner = torch.where(down, lo, hi)
+    ind = inner.to(torch.float64)
+    ok = torch.where(down, ind >= p, ind <= p)
+    lod, hid = lo.to(torch.float64), hi.to(torch.float64)
+    nearer = torch.where(p - lod <= hid - p, lo, hi)
+    pos = torch.where(p > 0, p, 1.0)
+    smaller = torch.where(forms.perspective(lod, pos) <= forms.perspective(hid, pos), lo, hi)
+    return torch.where(ok, inner, torch.where(p >= _FLT_MIN, nearer, smaller))
 
 
 def builtin_name(divergence) -> str:
@@ -714,7 +740,7 @@ def _solve_on_device(finish, target, draft, divergence, budget, acceptance, norm
     res = torch.stack([s, point.t_lo, point.t_hi, acc, D], -1).cpu().numpy()  # the core's first five columns
     binding = res[:, 0] < rows.s_max("continue").cpu().numpy() if budget is not None else np.ones(R, dtype=bool)
     certify = (p, q, res[:, 4] if budget is None else values, budget is not None) if check else None
-    return finish(div, pi64.to(target.dtype), res, binding, squeeze, certify)
+    return finish(div, _as_output(pi64, p, target.dtype, forms), res, binding, squeeze, certify)
 
 
 def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
