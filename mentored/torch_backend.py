@@ -499,7 +499,7 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
     rows = _Rows(p, q, forms, ws)
     point = rows.point(rows.search(eps, zeros))
     del rows  # its tables are the workspace's: π's scratch reuses them
-    return _as_output(point.pi(p, q, ws=ws), p, target.dtype, forms)
+    return _as_output(point.pi(p, q, ws=ws), p, target.dtype, forms, ws)
 
 
 def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Tensor:
@@ -513,27 +513,59 @@ def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Ten
 _FLT_MIN = float(torch.finfo(torch.float32).tiny)
 
 
-def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms) -> torch.Tensor:
+def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Workspace | None" = None) -> torch.Tensor:
     """π (float64) in the output dtype. float32: not to nearest but toward p_i, as the core rounds
     (kernels.hpp, round_toward; proofs: Rounding.v), so that rounding cannot push D_f(π‖p) past the
     budget the float64 π met: the float32 neighbour of π_i on p_i's side when it is not past p_i; else
     (π_i and p_i in one gap between float32 neighbours lo < hi) the one nearer p_i, or below FLT_MIN
-    the one whose term p_i f̃(x/p_i) is smaller."""
+    the one whose term p_i f̃(x/p_i) is smaller. ``ws``: a workspace whose buffer 0 is free."""
     if dtype != torch.float32:
         return pi.to(dtype)
+    # π_i and p_i 0 or float32-normal (the usual case), in integer arithmetic on the doubles' bits as
+    # kernels.hpp's round_toward_normal does: clearing the low 29 of 52 mantissa bits gives the float32
+    # at or below π_i, adding 2²⁹ to them the one above. Few fresh buffers: each costs its page faults.
+    down = pi >= p  # π at or above p: round down, toward p
+    vb = pi.view(torch.int64)
+    bits = torch.bitwise_and(vb, ~_LOW29, out=ws.take(0).view(torch.int64) if ws else None)
+    up = (bits != vb).logical_and_(~down)
+    bits.add_(up, alpha=1 << 29)
+    cand = bits.view(torch.float64)
+    # the rest by the general rule: p_i inside the gap (the neighbour past it is not allowed), or π_i,
+    # p_i among float32's denormals
+    # (cand < p) differs from (π < p) where cand passed p, or met it from above: the latter is allowed,
+    # and rare, and the general rule gives it too. π ≤ 1, so nothing is past float32's range.
+    special = torch.lt(cand, p).logical_xor_(~down)
+    special.logical_or_((pi < _FLT_MIN) & (pi != 0)).logical_or_((p < _FLT_MIN) & (p != 0))
+    out = cand.to(torch.float32)  # exact: a float32 value
+    if pi.device.type == "cpu":  # host memory: the few such tokens gathered (no device to keep in step)
+        idx = special.nonzero(as_tuple=True)
+        if idx[0].numel():
+            out[idx] = _toward_any(pi[idx], p[idx], forms)
+        return out
+    return torch.where(special, _toward_any(pi, p, forms), out)  # on a device: no read-back
+
+
+_LOW29 = (1 << 29) - 1  # a double's mantissa bits that float32 does not keep
+
+
+def _toward_any(pi: torch.Tensor, p: torch.Tensor, forms: _Forms) -> torch.Tensor:
+    """The rule of :func:`_as_output` for any π_i ≥ 0 and p_i ≥ 0, through float32 neighbours."""
     r = pi.to(torch.float32)
     rd = r.to(torch.float64)
-    lo = torch.where(rd > pi, torch.nextafter(r, r.new_tensor(-_INF)), r)
-    hi = torch.where(rd < pi, torch.nextafter(r, r.new_tensor(_INF)), r)
-    down = pi >= p  # π at or above p: round down, toward p
+    bits = r.view(torch.int32)  # π ≥ 0: the float32 neighbours are one step of the bits away
+    lo = torch.where(rd > pi, bits - 1, bits).view(torch.float32)
+    hi = torch.where(rd < pi, bits + 1, bits).view(torch.float32)
+    down = pi >= p
     inner = torch.where(down, lo, hi)
     ind = inner.to(torch.float64)
     ok = torch.where(down, ind >= p, ind <= p)
     lod, hid = lo.to(torch.float64), hi.to(torch.float64)
-    nearer = torch.where(p - lod <= hid - p, lo, hi)
-    pos = torch.where(p > 0, p, 1.0)
-    smaller = torch.where(forms.perspective(lod, pos) <= forms.perspective(hid, pos), lo, hi)
-    return torch.where(ok, inner, torch.where(p >= _FLT_MIN, nearer, smaller))
+    # π_i and p_i in one gap: the neighbour nearer p_i; below FLT_MIN the one with the smaller term
+    # (the terms evaluated on 1 where they are not needed: finite there)
+    tiny = (~ok) & (p < _FLT_MIN) & (p > 0)
+    pt, a, b = torch.where(tiny, p, 1.0), torch.where(tiny, lod, 1.0), torch.where(tiny, hid, 1.0)
+    at_lo = torch.where(tiny, forms.perspective(a, pt) <= forms.perspective(b, pt), p - lod <= hid - p)
+    return torch.where(ok, inner, torch.where(at_lo, lo, hi))
 
 
 def builtin_name(divergence) -> str:

@@ -231,3 +231,18 @@ def test_float32_output_is_rounded_toward_p_as_the_core_rounds(rng):
                 assert tilted(div, got[r].numpy(), p64[r]) <= eps * (1 + 1e-6) + 1e-12, (div, eps, r)
                 nearest_over += tilted(div, pi64[r].astype(np.float32), p64[r]) > eps * (1 + 1e-6) + 1e-12
     assert nearest_over > 0  # the rounding the device path used before, on the same rows
+
+
+def test_float32_rounding_on_denormal_targets_is_the_cores(rng):
+    # p_i below FLT_MIN: the general rule of the rounding (the neighbour with the smaller term), as in the core
+    for _ in range(6):
+        V = 300
+        p, q = rng.dirichlet(np.full(V, 0.3)), rng.dirichlet(np.full(V, 0.3))
+        tiny = rng.choice(V, 12, replace=False)
+        p[tiny] = 10.0 ** rng.uniform(-44, -36, tiny.size)
+        P, Q = (x.astype(np.float32)[None] for x in (p / p.sum(), q))
+        for div in ("kl", "reverse_kl", "chi2", "neyman_chi2", "js"):
+            for eps in (1e-8, 0.1):
+                core = mentored.solve(P, Q, divergence=div, budget=eps).pi
+                got = tb.solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps).numpy()
+                np.testing.assert_array_equal(got.view(np.int32), core.view(np.int32), err_msg=f"{div} {eps}")
