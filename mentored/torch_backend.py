@@ -24,7 +24,7 @@ is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 15
 CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
 :math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
 device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
-the (R, V) tables live in a per-thread workspace (no page faults per call): about 10× the compiled
+the (R, V) tables live in a per-thread workspace (no page faults per call): 10–17× the compiled
 core on 8 × 131072 float32 rows (benchmarks/torch_lossless.py --solve-only), and
 :func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
 device path").
