@@ -140,7 +140,18 @@ _OVERFLOW_CASES = [
     (_THREE, "kl", 5.0, None),
     (_THREE, "reverse_kl", 0.05, None),
     (_THREE, "hellinger", 0.01, None),
+    (_CHI2_FINITE := (np.array([1.0, 3.5e-323]), np.array([1 - 1e-12, 1e-12])), "chi2", 1e299, 0.9999999999990062),
 ]
+
+
+def test_a_finite_chi2_term_past_an_overflowing_ratio():
+    # D_chi2(q‖p) = (1e-12)²/3.5e-323 = 2.9e298 is finite though q/p overflows, so at budget 1e299
+    # π = q accepts everything. The core's term (x − y)·((x − y)/y) overflowed in its quotient: it
+    # reported D = ∞ for q and stopped at acceptance 1 − 1e-12.
+    p, q = _CHI2_FINITE
+    for where, sol in _solutions(_CHI2_FINITE, "chi2", 1e299):
+        assert sol.acceptance == 1.0, (where, sol.acceptance)
+        assert _rel(sol.divergence, mp_divergence("chi2", sol.pi, p)) <= 1e-12, where
 
 
 def _solutions(row, div, budget):

@@ -225,8 +225,10 @@ inline double generator_term_huge(Generator g, double y, double u) {
       return x * (log_t - 1.0) + y;
     case Generator::reverse_kl:  // y(t − 1 − log t)
       return (x - y) - y * log_t;
-    case Generator::chi2:  // y(t − 1)²
-      return (x - y) * ((x - y) / y);
+    case Generator::chi2: {  // y(t − 1)² = (x − y)²/y: the quotient alone overflows where x − y < 1
+      const double d = x - y, a = d * (d / y);
+      return a < kInf ? a : (d * d) / y;
+    }
     case Generator::neyman_chi2:  // y(t − 1)²/t
       return (x - y) * ((x - y) / x);
     case Generator::hellinger: {  // y(√t − 1)²
