@@ -473,10 +473,6 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
     if device.type == "cpu" and CPU_SOLVER == "core" and q is not None and plan.rnd.size:
         # CPU tensors are host memory: the compiled core solves them in place of the torch sort
         # (zero-copy numpy views, nothing synchronised), on the uniforms drawn above from torch's RNG.
-        from .torch_backend import builtin_name
-
-        for div, _ in plan.groups:
-            builtin_name(div)  # the torch path's contract: built-in divergences only
         host = [x.detach().resolve_conj().numpy() for x in (draft, q, p, bonus)]
         out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False)
         return torch.from_numpy(out)
@@ -505,7 +501,7 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
                 a[sel] = _onehot_torch(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
             accept[ri] = real & (u0 < a)
         else:
-            from .torch_backend import _Point, builtin_name
+            from .torch_backend import _Point
 
             Q = q if rnd.size == T else q[ri]
             # Only the thresholds of each row are kept (six numbers): π_x for the acceptance test
@@ -516,18 +512,17 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
             # Rows at budget 0 need no solve (π = p); the budgets are on the host, so this costs no sync.
             point = _Point.identity(rnd.size, P)
             for div, idx in plan.groups:
-                name = builtin_name(div)
                 sel = np.arange(rnd.size) if idx is None else idx
                 sel = sel[plan.eps_rnd[sel] > 0]
                 if sel.size == rnd.size:
                     Pn = P.to(torch.float64) / sp[:, None]
                     Qn = Q.to(torch.float64) / sq[:, None]
-                    point = solve_point(Pn, Qn, name, dev(plan.eps_rnd), zeros)
+                    point = solve_point(Pn, Qn, div, dev(plan.eps_rnd), zeros)
                 elif sel.size:
                     ii = dev(sel)
                     Pn = P[ii].to(torch.float64) / sp[ii, None]
                     Qn = Q[ii].to(torch.float64) / sq[ii, None]
-                    point.put(ii, solve_point(Pn, Qn, name, dev(plan.eps_rnd[sel]), zeros))
+                    point.put(ii, solve_point(Pn, Qn, div, dev(plan.eps_rnd[sel]), zeros))
                 Pn = Qn = None
             qx = Q.gather(-1, xs)[:, 0].to(torch.float64)
             pi_x = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, qx / sq)

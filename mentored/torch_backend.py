@@ -166,11 +166,6 @@ def _compile_custom(div) -> _Forms:
     return _Forms(f_tilde, perspective, f_inf_tilde)
 
 
-def _f_tilde(name: str, t: torch.Tensor) -> torch.Tensor:
-    """f̃ of a built-in by name (the serving module's D terms)."""
-    return _torch_forms(name).f_tilde(t)
-
-
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
 _UP = 2.0**128
 _ONE = 0x3FF0000000000000  # the int64 bits of 1.0: sort keys from it up are tokens of neither side
@@ -566,19 +561,6 @@ def _toward_any(pi: torch.Tensor, p: torch.Tensor, forms: _Forms) -> torch.Tenso
     pt, a, b = torch.where(tiny, p, 1.0), torch.where(tiny, lod, 1.0), torch.where(tiny, hid, 1.0)
     at_lo = torch.where(tiny, forms.perspective(a, pt) <= forms.perspective(b, pt), p - lod <= hid - p)
     return torch.where(ok, inner, torch.where(at_lo, lo, hi))
-
-
-def builtin_name(divergence) -> str:
-    """The name of a built-in divergence, or a ValueError for a custom one (serving's contract)."""
-    div = _divergence(divergence)
-    name = div.name
-    # By identity, not by name: a custom divergence may be called "kl" and still be another f.
-    if name not in BUILTIN_NAMES or div is not _divergence(name):
-        raise ValueError(
-            f"the torch backend knows the built-in divergences {BUILTIN_NAMES}; {name!r} here is a custom "
-            "divergence: pass numpy arrays to mentored.solve for it"
-        )
-    return name
 
 
 def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> torch.Tensor:

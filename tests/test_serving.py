@@ -592,3 +592,27 @@ def test_cuda_equals_cpu(rng):
     cpu = _rs("torch", d, n, q, p, [0, 1, 2, 3], budget=0.2, uniforms=u)
     dev = rejection_sample(*(torch.as_tensor(x).cuda() for x in (d,)), n, torch.as_tensor(q).cuda(), torch.as_tensor(p).cuda(), torch.tensor([[0], [1], [2], [3]]).cuda(), budget=0.2, uniforms=u)
     assert_array_equal(dev.cpu().numpy(), cpu)
+
+
+@pytest.mark.parametrize("solver", ["core", "torch"])
+def test_custom_divergences_on_torch_tensors(solver, monkeypatch, rng):
+    # A from_sympy divergence (named like a built-in, and not one) through rejection_sample on CPU
+    # tensors, by the core and by the torch algorithm, dense and token-only drafts: the numpy decisions.
+    import sympy as sp
+
+    import mentored.serving as serving
+
+    t = sp.Symbol("t", positive=True)
+    div = mentored.Divergence.from_sympy(t * sp.log(t) + (t - 1) ** 2, t, name="kl")
+    monkeypatch.setattr(serving, "CPU_SOLVER", solver)
+    V, n = 25, [3, 0, 2]
+    T = sum(n)
+    p = rng.dirichlet(np.full(V, 0.5), T + len(n) - 1)[:T]
+    q = rng.dirichlet(np.full(V, 0.5), T)
+    d = np.array([rng.choice(V, p=r) for r in q])
+    u = rng.random((T, 2))
+    bonus = rng.integers(0, V, len(n))
+    for draft_probs in (q, None):
+        want = _rs("numpy", d, n, draft_probs, p, bonus, divergence=div, budget=0.2, uniforms=u)
+        got = _rs("torch", d, n, draft_probs, p, bonus, divergence=div, budget=0.2, uniforms=u)
+        assert_array_equal(got, want)
