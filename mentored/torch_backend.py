@@ -45,7 +45,7 @@ except ImportError as exc:
     raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
 
 from . import _core
-from .divergences import BUILTIN_NAMES, _TorchOps, divergence as _divergence
+from .divergences import _TorchOps, divergence as _divergence
 from ._validate import _check_step_inputs as check_step_inputs  # the step checks shared with numpy
 from ._validate import _check_tensor_rows as check_rows
 from ._validate import _check_zeros as check_zeros

@@ -55,3 +55,15 @@ def one_core_call(monkeypatch):
 
     return arm
 
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """torch on one thread for a test module (``pytestmark = pytest.mark.usefixtures(...)``): the small
+    models run fastest so, and more threads only contend (badly, on a busy machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

@@ -13,13 +13,7 @@ from mentored.hf import generate, sampling_probs  # noqa: E402
 VOCAB = 64
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Models this small run fastest on one thread; more only contend (and on a busy machine, badly).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,7 @@ pytest.importorskip("transformers", reason="transformers is optional; the README
 from mentored.hf import MODELS_DIR, generate, load_pair, sampling_probs, verify_checksums  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")
