@@ -6,6 +6,7 @@ the code before the fix, as noted per test. Derandomised: fixed rows, fixed seed
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import math
 import signal
@@ -222,6 +223,50 @@ def test_the_limit_holds_in_a_worker_thread(monkeypatch):
     assert not th.is_alive()
     assert isinstance(out.get("error"), SymbolicTimeoutError)
     assert out["wall"] <= 0.5 + MARGIN and out["profile"] is None
+
+
+def _collecting_forever(*args):
+    while True:
+        gc.collect()
+        end = time.monotonic() + 0.005
+        while time.monotonic() < end:
+            pass
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["alarm", "profile-hook"])
+def test_an_expiry_is_never_raised_inside_a_gc_callback(monkeypatch, in_thread):
+    # Found when a hypothesis run had left its gc callback installed: a tick landed in it, and the
+    # expiry was printed as an ignored exception (an error under pytest) instead of ending the step.
+    # Here a callback that runs 15 ms per collection, in a step that collects every 5 ms: most ticks
+    # land in the callback, and none may be raised there.
+    def slow_callback(phase, info):
+        end = time.monotonic() + 0.015
+        while time.monotonic() < end:
+            pass
+
+    ignored = []
+    monkeypatch.setattr(sys, "unraisablehook", ignored.append)
+    monkeypatch.setattr(symbolic, "_check_at_one", _collecting_forever)
+    out = {}
+
+    def work():
+        try:
+            mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=0.5)
+        except SymbolicTimeoutError as exc:
+            out["error"] = exc
+
+    gc.callbacks.append(slow_callback)
+    try:
+        if in_thread:
+            th = threading.Thread(target=work, daemon=True)
+            th.start()
+            th.join(30)
+        else:
+            work()
+    finally:
+        gc.callbacks.remove(slow_callback)
+    assert isinstance(out.get("error"), SymbolicTimeoutError)
+    assert ignored == []
 
 
 def test_a_real_analysis_in_a_worker_thread():
