@@ -20,12 +20,12 @@ both piecewise affine in :math:`t` with breakpoints at the sorted ratios, so eac
 ``searchsorted`` on the values at the breakpoints and one division. With suffix sums of
 :math:`p_i \tilde f(r_i)` on each side, :math:`D_f(\pi(s)\|p)` costs :math:`O(\log V)` per row
 and per :math:`s` (docs/theory.md §4); it is nondecreasing in :math:`s`, and the budget's :math:`s`
-is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 15 and 18 on a
+is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 63 and 12 on a
 CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
 :math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
 device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
-the (R, V) tables live in a per-thread workspace (no page faults per call): 10–17× the compiled
-core on 8 × 131072 float32 rows (benchmarks/torch_lossless.py --solve-only), and
+the (R, V) tables live in a per-thread workspace (no page faults per call): 9–10× the compiled
+core on 8 × 131072 float32 rows with both on one thread, 11.5–12.5× on two (benchmarks/torch_lossless.py --solve-only), and
 :func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
 device path").
 """
@@ -73,8 +73,9 @@ class _Forms(NamedTuple):
 
 def _kl_term(q, p, log_r):
     # A speed path of the built-in kl only (optional: a divergence without one uses its perspective):
-    # q log r − q + p from log r, one log per token, with 0·log 0 = 0 (r = 0 where q = 0); log_r is overwritten.
-    return log_r.mul_(q).masked_fill_(q == 0, 0.0).sub_(q).add_(p)
+    # q log r − q + p from log r, one log per token; log_r is overwritten. q log r is NaN only where
+    # q = 0 (0·log 0, taken as 0) or p = q = 0 (a token of neither side, dropped by the caller).
+    return log_r.mul_(q).nan_to_num_(nan=0.0, posinf=_INF, neginf=-_INF).sub_(q).add_(p)
 
 
 def _builtin_forms(div) -> _Forms:
@@ -173,7 +174,7 @@ _ONE = 0x3FF0000000000000  # the int64 bits of 1.0: sort keys from it up are tok
 # of the curve's length (finer than the 64 halvings of [0, s_max] it replaces). On a GPU few wide
 # steps (each is ~40 kernel launches); on a CPU narrow ones, whose small ops stay on the calling
 # thread (torch runs searchsorted in parallel past 200 queries, and a busy machine stalls that).
-_SEARCH = {"cpu": (16, 18)}
+_SEARCH = {"cpu": (64, 12)}
 _SEARCH_DEVICE = (256, 9)
 
 
@@ -194,12 +195,26 @@ class _Workspace:
     def __init__(self, shape, device):
         self.shape, self.device = shape, device
         self.flat = torch.empty((self.N,) + shape, dtype=torch.float64, device=device)
+        self._reverse = None
 
     def take(self, i: int) -> torch.Tensor:
         return self.flat[i]
 
     def pair(self, i: int) -> torch.Tensor:
         return self.flat[i : i + 2]
+
+    def reverse(self) -> torch.Tensor:
+        """(R, V) int64: V − 1, …, 0 on every row (a flip as a gather)."""
+        if self._reverse is None:
+            R, V = self.shape
+            self._reverse = torch.arange(V - 1, -1, -1, device=self.device).expand(R, V).contiguous()
+        return self._reverse
+
+
+def _host_reads(x: torch.Tensor) -> bool:
+    """Whether values of ``x`` may be read on the host: a CPU tensor, with no device to keep in step
+    (the tests turn it off to run the device's code on a CPU and check that it reads nothing back)."""
+    return x.device.type == "cpu"
 
 
 _LOCAL = threading.local()
@@ -257,16 +272,25 @@ class _Rows:
         # Few passes, and dead (R, V) buffers reused rather than fresh ones (on a CPU a fresh buffer
         # costs its page faults, as much as a pass): A, B, C, D below, then the tables.
         pos = p > 0
-        up = (q > p) & pos
+        # On a CPU (no device to keep in step) whether any p_i = 0 is read once, and rows without
+        # such tokens skip the work for them (here, q0 and π's select); on a device it is assumed.
+        self.zeros = zeros = not _host_reads(p) or not bool(pos.all())
         # r: inf or NaN where p = 0, sorted after the lower side by its bits (abs: 0/0 is a NaN with
         # the sign bit set on x86, whose bits would sort first)
         buf = ws.take if ws is not None else (lambda i: None)
         A = torch.div(q, p, out=buf(0)).abs_()
         B = torch.mul(p, _UP, out=buf(1))
         torch.div(q, B, out=B)  # r·2⁻¹²⁸ as q/(p·2¹²⁸): the double r·2⁻¹²⁸ wherever r is finite, and finite past DBL_MAX
-        key = A.view(torch.int64)
-        torch.where(up, B.view(torch.int64).bitwise_not_(), key, out=key)
-        del up
+        # key = ~bits(r·2⁻¹²⁸) on the upper side, bits(r) elsewhere, as key ^ ((key ^ ~bits(u)) & M) with
+        # M = −1 on the upper side: three integer passes cost less than a select on a random mask.
+        key, kb = A.view(torch.int64), B.view(torch.int64).bitwise_not_()
+        M = torch.empty_like(key) if ws is None else buf(3).view(torch.int64)
+        if zeros:
+            M.copy_((q > p) & pos).neg_()
+        else:  # all p_i > 0: the upper side is q > p, read from the bits (nonnegative: ordered as the values)
+            torch.sub(p.view(torch.int64), q.view(torch.int64), out=M).bitwise_right_shift_(63)
+        key.bitwise_xor_(torch.bitwise_xor(key, kb, out=kb).bitwise_and_(M))
+        del M, kb
         C = buf(2)
         skey, order = _sort_rows(key, B.view(torch.int64), torch.empty_like(key) if C is None else C.view(torch.int64))
         ps = torch.gather(p, -1, order, out=A)
@@ -283,9 +307,8 @@ class _Rows:
         skey.bitwise_xor_(torch.bitwise_right_shift(skey, 63, out=C.view(torch.int64)))
         self.key = kabs = skey.view(torch.float64)
         del skey
-        self.tv = torch.sub(p, q, out=C).clamp_(min=0).sum(-1)
-        self.q0 = torch.mul(q, ~pos, out=C).sum(-1)  # q is finite: q·0 = 0
-        self.d_up = self.tv - self.q0
+        # (pos nearly all true: a predictable branch)
+        self.q0 = torch.where(pos, q.new_zeros(()), q, out=C).sum(-1) if zeros else q.new_zeros(R)
         del pos
         # Inclusive prefix sums (R, V) (``_at`` reads Σ_{i<j} at j − 1): the upper side starts at
         # index 0, so the plain sums are its own; the lower side's are of its tokens alone.
@@ -295,19 +318,25 @@ class _Rows:
         # Its suffix sums on each side, from ratio 1 outward, are held reversed (2, R, V): the sum over
         # positions ≥ j at column V − 1 − j (``_suffix``).
         if forms.log_ratio_term is not None:  # from log r = log|key| (+128 log 2 on the upper side): one log
-            log_r = torch.log(kabs, out=buf(6)).add_(in_hi, alpha=128 * _LN2)  # (not in C: F is flipped into C)
+            log_r = torch.log(kabs, out=buf(6)).add_(C.copy_(in_hi), alpha=128 * _LN2)  # (a float mask: adding a bool one is slow)
             F = forms.log_ratio_term(qs, ps, log_r)
         else:
             F = forms.perspective(qs, ps)
         S = F.new_empty((2, R, V)) if ws is None else ws.pair(7)
-        torch.ops.aten.flip.out(F, [-1], out=S[0])
-        S[1].copy_(S[0]).masked_fill_(~in_lo.flip(-1), 0.0)  # a fill, not 0·inf
+        if ws is None:
+            torch.ops.aten.flip.out(F, [-1], out=S[0])
+        else:  # a gather by a kept index: twice as fast as a flip on a CPU
+            torch.gather(F, -1, ws.reverse(), out=S[0])
+        torch.where(in_lo.flip(-1), S[0], S.new_zeros(()), out=S[1])  # a select, not 0·inf
         S[0].masked_fill_(~in_hi.flip(-1), 0.0)
         self.S = S.cumsum_(-1)
         out_lo = ~in_lo
         self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum_(-1)
         self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum_(-1)
         del ps, qs, out_lo
+        # TV = P_lo − Q_lo, the lower side's sums, as the core takes it (and g's value past the side)
+        self.tv = self.Clp[:, -1] - self.Clq[:, -1]
+        self.d_up = self.tv - self.q0
         # Breakpoints (token k itself adds r_k p_k − q_k = 0, so the inclusive sums serve).
         # Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
         # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and P_lo − Q_lo = TV, inf or NaN
@@ -441,11 +470,13 @@ class _Point:
     def take(self, rows: torch.Tensor) -> "_Point":
         return _Point(*(x[rows] for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z)))
 
-    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None, ws: "_Workspace | None" = None) -> torch.Tensor:
+    def pi(self, p: torch.Tensor, q: torch.Tensor, dtype=None, ws: "_Workspace | None" = None, scratch: bool = False,
+           zeros: bool = True) -> torch.Tensor:
         """π on rows (R, V) or tokens (R, …): max(t_lo p_i, min(q_i, t_hi p_i)), q_i·z where p_i = 0.
 
         ``dtype``: of the result (default p's), rounded once from the float64 values; ``ws``: scratch
-        buffers of p's shape (the result is always a fresh tensor)."""
+        buffers of p's shape (the result is a fresh tensor, or with ``scratch`` the workspace's buffer
+        4, for a caller that reads it before the next solve); ``zeros=False``: no p_i is 0 (``_Rows.zeros``)."""
         shape = (-1,) + (1,) * (p.ndim - 1)
         t_lo, t_hi, num, den, open_end, z = (x.reshape(shape) for x in (self.t_lo, self.t_hi, self.num, self.den, self.open_end, self.z))
         # p_i·t_hi as (p_i/d)·m: d = 1, m = t_hi where t_hi is finite (the same product), else
@@ -456,13 +487,13 @@ class _Point:
         cap = torch.div(p, d, out=ws.take(0) if ws else None).mul_(m)
         # max(t_lo p, min(q, cap)) as one clamp, since t_lo p ≤ p ≤ cap; where p = 0 the cap is NaN.
         low = torch.mul(t_lo, p, out=ws.take(1) if ws else None)
-        body = torch.clamp(q, min=low, max=cap, out=cap)
-        if ws is None:
-            out = torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
-            return out if dtype is None else out.to(dtype)
-        if dtype in (None, p.dtype):  # a fresh result: the scratch is reused by the next solve
-            return torch.where(p > 0, body, torch.mul(q, z, out=low), out=torch.empty_like(body))
-        return torch.where(p > 0, body, torch.mul(q, z, out=low), out=body).to(dtype)
+        # A fresh result unless asked (the workspace is reused by the next solve), or converted after.
+        same = dtype in (None, p.dtype)
+        out = cap if ws is None or not same else ws.take(4) if scratch else torch.empty_like(cap)
+        body = torch.clamp(q, min=low, max=cap, out=out)
+        if zeros:
+            torch.where(p > 0, body, torch.mul(q, z, out=low), out=body)
+        return body if same else body.to(dtype)
 
 
 def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
@@ -492,9 +523,11 @@ def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=
         raise ValueError("budget must be nonnegative (inf allowed) and not NaN")
     eps = torch.as_tensor(np.broadcast_to(b, (R,)).copy(), device=p.device)
     rows = _Rows(p, q, forms, ws)
-    point = rows.point(rows.search(eps, zeros))
+    point, p_zeros = rows.point(rows.search(eps, zeros)), rows.zeros
     del rows  # its tables are the workspace's: π's scratch reuses them
-    return _as_output(point.pi(p, q, ws=ws), p, target.dtype, forms, ws)
+    # float32: π64 is rounded into a fresh tensor, so it may stay in the workspace
+    pi = point.pi(p, q, ws=ws, scratch=target.dtype == torch.float32, zeros=p_zeros)
+    return _as_output(pi, p, target.dtype, forms, ws)
 
 
 def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Tensor:
@@ -513,34 +546,36 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
     (kernels.hpp, round_toward; proofs: Rounding.v), so that rounding cannot push D_f(π‖p) past the
     budget the float64 π met: the float32 neighbour of π_i on p_i's side when it is not past p_i; else
     (π_i and p_i in one gap between float32 neighbours lo < hi) the one nearer p_i, or below FLT_MIN
-    the one whose term p_i f̃(x/p_i) is smaller. ``ws``: a workspace whose buffer 0 is free."""
+    the one whose term p_i f̃(x/p_i) is smaller. ``ws``: a workspace whose buffers 0–3 are free."""
     if dtype != torch.float32:
         return pi.to(dtype)
-    # π_i and p_i 0 or float32-normal (the usual case), in integer arithmetic on the doubles' bits as
-    # kernels.hpp's round_toward_normal does: clearing the low 29 of 52 mantissa bits gives the float32
-    # at or below π_i, adding 2²⁹ to them the one above. Few fresh buffers: each costs its page faults.
-    down = pi >= p  # π at or above p: round down, toward p
-    vb = pi.view(torch.int64)
-    bits = torch.bitwise_and(vb, ~_LOW29, out=ws.take(0).view(torch.int64) if ws else None)
-    up = (bits != vb).logical_and_(~down)
-    bits.add_(up, alpha=1 << 29)
-    cand = bits.view(torch.float64)
-    # the rest by the general rule: p_i inside the gap (the neighbour past it is not allowed), or π_i,
-    # p_i among float32's denormals
-    # (cand < p) differs from (π < p) where cand passed p, or met it from above: the latter is allowed,
-    # and rare, and the general rule gives it too. π ≤ 1, so nothing is past float32's range.
-    special = torch.lt(cand, p).logical_xor_(~down)
-    special.logical_or_((pi < _FLT_MIN) & (pi != 0)).logical_or_((p < _FLT_MIN) & (p != 0))
-    out = cand.to(torch.float32)  # exact: a float32 value
-    if pi.device.type == "cpu":  # host memory: the few such tokens gathered (no device to keep in step)
-        idx = special.nonzero(as_tuple=True)
-        if idx[0].numel():
+    # π_i and p_i 0 or float32-normal (the usual case), in integer arithmetic on the doubles' bits
+    # (nonnegative: ordered as the values), as kernels.hpp's round_toward_normal does: π's bits with
+    # the low 29 of 52 mantissa bits cleared are the float32 at or below π_i, rounded up first the one
+    # at or above. Whole-tensor integer passes, no boolean masks (each costs a pass of its own), and
+    # scratch from the workspace (a fresh buffer costs its page faults).
+    buf = (lambda i: ws.take(i).view(torch.int64)) if ws is not None else (lambda i: None)
+    vb, pb = pi.view(torch.int64), p.view(torch.int64)
+    d = torch.sub(vb, pb, out=buf(0))  # < 0 where π_i < p_i: round up, toward p_i
+    cand = torch.bitwise_right_shift(d, 63, out=buf(1)).bitwise_and_(_LOW29).add_(vb).bitwise_and_(~_LOW29)
+    # The rest by the general rule: where the candidate passed p_i (cand − p and π − p of opposite
+    # signs; meeting p from above is allowed, rare, and given by the general rule too), or where π_i
+    # or p_i lies in (0, FLT_MIN) (bits b with |b − H| < H, H half the bits of FLT_MIN).
+    flag = torch.sub(cand, pb, out=buf(2)).bitwise_xor_(d)
+    tiny = torch.sub(vb, _TINY_MID, out=buf(3)).abs_()
+    tiny = torch.minimum(tiny, torch.sub(pb, _TINY_MID, out=d).abs_(), out=tiny).sub_(_TINY_MID)
+    special = torch.minimum(flag, tiny, out=flag) < 0
+    out = cand.view(torch.float64).to(torch.float32)  # exact: a float32 value
+    if _host_reads(pi):  # the few such tokens gathered
+        if bool(special.any()):
+            idx = special.nonzero(as_tuple=True)
             out[idx] = _toward_any(pi[idx], p[idx], forms)
         return out
     return torch.where(special, _toward_any(pi, p, forms), out)  # on a device: no read-back
 
 
 _LOW29 = (1 << 29) - 1  # a double's mantissa bits that float32 does not keep
+_TINY_MID = 0x3810000000000000 // 2  # half the bits of FLT_MIN as a double
 
 
 def _toward_any(pi: torch.Tensor, p: torch.Tensor, forms: _Forms) -> torch.Tensor:
@@ -572,9 +607,9 @@ def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, 
     p = torch.div(p, p.sum(-1, keepdim=True), out=ws.take(9) if ws else None)
     q = torch.div(q, q.sum(-1, keepdim=True), out=ws.take(10) if ws else None)
     rows = _Rows(p, q, divergence, ws)
-    point = rows.point(rows.search(eps, zeros))
+    point, p_zeros = rows.point(rows.search(eps, zeros)), rows.zeros
     del rows
-    return point.pi(p, q, ws=ws)
+    return point.pi(p, q, ws=ws, zeros=p_zeros)
 
 
 def solve_point(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, zeros: str = "continue") -> "_Point":
