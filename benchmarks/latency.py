@@ -159,7 +159,7 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
         out = np.empty_like(p)
         eps = np.full(T, budget)
         ver = Verifier(V, divergence=div, budget=budget, zeros="keep", dtype=np.float32, threads=1, seed=0)
-        pi = _core.solve(p, q, code, 0, eps, 1, None, out)[0]
+        pi = _core.solve(p, q, code, 0, eps, 1, out=out)[0]
         u = np.random.default_rng(1).random((B, k, 2))
         d2, b1 = draft.reshape(B, k), bonus.reshape(B)
         n64, u2 = np.asarray(n, dtype=np.int64), u.reshape(T, 2)

@@ -47,14 +47,9 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
   return {rows, n};
 }
 
-// sums= of the batched solvers: None, or the (B, 2) row sums Σp, Σq as row_stats computes them,
-// which spares the core a pass per row (OneShot::build). Null when None.
-const double* row_sums_arg(const py::object& sums, std::size_t rows, carray<double>& holder) {
-  if (sums.is_none()) return nullptr;
-  holder = py::cast<carray<double>>(sums);
-  if (holder.ndim() != 2 || static_cast<std::size_t>(holder.shape(0)) != rows || holder.shape(1) != 2)
-    throw std::invalid_argument("sums must be a (B, 2) array of row sums");
-  return holder.data();
+// The sum tolerances of the batched solvers (RowCheck): relative, nonnegative, ∞ for none.
+void rtol_arg(double rtol_p, double rtol_q) {
+  if (!(rtol_p >= 0.0) || !(rtol_q >= 0.0)) throw std::invalid_argument("rtol_p and rtol_q must be nonnegative (inf: no check)");
 }
 
 // out= of the batched solvers: None (a new array), or a (B, n) C-contiguous array of U that
@@ -87,18 +82,20 @@ inline std::size_t chunk_rows(std::size_t rows, std::size_t n, int nt) {
   return std::min(rows, per_thread * static_cast<std::size_t>(nt));
 }
 
-// Batched solve for (B, n) arrays; returns (π, results (B, 8) as RowResult, status (B,)); sums, out: above.
+// Batched solve for (B, n) arrays, checks included (one pass across the boundary): returns (π,
+// results (B, 8) as RowResult, status (B,) as Status, stats (B, 6) as RowCheck); rtol, out: above.
 // U: the type of π (T, or float for float64 rows whose output is float32).
 template <class T, class U = T>
-py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, py::object sums,
-                py::object out) {
+py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, double rtol_p,
+                double rtol_q, py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
-  carray<double> holder;
-  const double* ss = row_sums_arg(sums, rows, holder);
+  rtol_arg(rtol_p, rtol_q);
   const BuiltinF f(generator(code));
   carray<U> pi = out_arg<U>(out, rows, n, p, q);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
+  carray<double> stats({rows, std::size_t{6}});
+  double* sts = stats.mutable_data();
   const T* pp = p.data();
   const T* qq = q.data();
   const double* vv = values.data();
@@ -113,20 +110,20 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
     {
       py::gil_scoped_release release;
       solve_batch(pp + r0 * n, qq + r0 * n, len, n, f, static_cast<Mode>(mode), vv + r0, nt, o + r0 * n,
-                  res + r0 * kRowFields, st + r0, ss ? ss + 2 * r0 : nullptr, last);
+                  res + r0 * kRowFields, st + r0, rtol_p, rtol_q, sts + 6 * r0, last);
     }
     if (!last && PyErr_CheckSignals() != 0) {
       {  // Interrupted: the threads' buffers are trimmed as a finished call leaves them.
         py::error_already_set pending;  // fetched with the GIL held
         {
           py::gil_scoped_release release;
-          solve_batch(pp, qq, 0, n, f, static_cast<Mode>(mode), vv, nt, o, res, st, ss, true);
+          solve_batch(pp, qq, 0, n, f, static_cast<Mode>(mode), vv, nt, o, res, st, rtol_p, rtol_q, sts, true);
         }
         throw pending;
       }
     }
   }
-  return py::make_tuple(pi, results, status);
+  return py::make_tuple(pi, results, status, stats);
 }
 
 // Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel on the
@@ -211,25 +208,25 @@ void tabulate_custom(const Path& path, const py::object& vec, double f_inf, Tabl
 // (the callables need the GIL); f is evaluated a bucket at a time through `vec`.
 template <class T, class U = T>
 py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scalar, double f_inf, int mode,
-                       carray<double> values, py::object sums, py::object out) {
+                       carray<double> values, double rtol_p, double rtol_q, py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
-  carray<double> holder;
-  const double* ss = row_sums_arg(sums, rows, holder);
+  rtol_arg(rtol_p, rtol_q);
   carray<U> pi = out_arg<U>(out, rows, n, p, q);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
+  carray<double> stats({rows, std::size_t{6}});
   const PyF f{scalar, f_inf, vec};
   OneShot row;
   for (std::size_t b = 0; b < rows; ++b) {
     const std::size_t o = b * n;
     RowResult r;
     const Status st = solve_row(row, f, p.data() + o, q.data() + o, n, static_cast<Mode>(mode), values.data()[b],
-                                pi.mutable_data() + o, r, ss ? ss[2 * b] : kNaN, ss ? ss[2 * b + 1] : kNaN);
+                                pi.mutable_data() + o, r, RowCheck{rtol_p, rtol_q, stats.mutable_data() + 6 * b});
     status.mutable_data()[b] = static_cast<int>(st);
     r.store(results.mutable_data() + b * kRowFields);
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // the GIL is held: every row
   }
-  return py::make_tuple(pi, results, status);
+  return py::make_tuple(pi, results, status, stats);
 }
 
 // The speculative step (speculative.hpp): π, q [B, k, V]; draft [B, k]; bonus [B]; uniforms
@@ -444,22 +441,22 @@ PYBIND11_MODULE(_core, m) {
   for (int g = 0; g < kGeneratorCount; ++g) generators.value(kGeneratorNames[g], static_cast<Generator>(g));
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
+        py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
   m.def("solve", &solve<float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
+        py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
   // float64 rows whose π is float32 (a float32 target with a float64 draft): rounded toward p.
   m.def("solve_to_float32", &solve<double, float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
-        py::arg("values"), py::arg("threads"), py::arg("sums") = py::none(), py::arg("out") = py::none());
+        py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
   m.def("solve_custom_to_float32", &solve_custom<double, float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
-        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
         py::arg("out") = py::none());
   // Test hook: bytes held by the calling thread's solver buffers (those sized by the row).
   m.def("_workspace_bytes", []() { return thread_workspace().token_bytes(); });
   m.def("solve_custom", &solve_custom<double>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
-        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
         py::arg("out") = py::none());
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
-        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("sums") = py::none(),
+        py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
         py::arg("out") = py::none());
   m.def("speculative_step", &speculative_step<double>, py::arg("pi"), py::arg("draft_probs"),
         py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));

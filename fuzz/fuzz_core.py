@@ -84,8 +84,8 @@ def test_one_input(data: bytes) -> None:
     values = np.array([_SPECIAL[fdp.ConsumeIntInRange(0, len(_SPECIAL) - 1)] if mode == 0 else fdp.ConsumeProbability() for _ in range(B)])
     threads = fdp.ConsumeIntInRange(0, 3)
 
-    pi, res, status = _core.solve(P, Q, code, mode, values, threads)
-    assert pi.dtype == dtype and pi.shape == P.shape and res.shape == (B, 6)
+    pi, res, status, stats = _core.solve(P, Q, code, mode, values, threads)
+    assert pi.dtype == dtype and pi.shape == P.shape and res.shape == (B, 8) and stats.shape == (B, 6)
     for r in range(B):
         want = _expected_status(P[r], Q[r])
         got = int(status[r])

@@ -9,12 +9,12 @@ import numpy as np
 
 from . import _core
 from ._duality import certify_at
-from ._validate import as_pair, per_row, threads_arg
+from ._validate import _REFUSED, as_pair, pair_arrays, per_row, refuse_pair, sum_rtol, threads_arg
 from .divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
 
-_UNREACHABLE = 3  # the one status of the core a validated row can get (path.hpp, Status)
+_UNREACHABLE = 3  # the one status of the core for a row whose entries and sums pass (path.hpp, Status)
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,9 @@ def solve(
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
     nthreads = threads_arg(threads)
-    p, q, sums = as_pair(target, draft, normalize, with_sums=True, threads=nthreads)
+    # Types and shapes here; entries and sums in the core's own first pass over each row, which
+    # refuses a row with a typed status and its sums, mapped to the errors by refuse_pair.
+    p, q = pair_arrays(target, draft)
     squeeze = p.ndim == 1
     p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
     dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
@@ -226,14 +228,21 @@ def solve(
     else:
         mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
-    sums2 = None if sums is None else np.ascontiguousarray(sums.reshape(-1, 2))
+    rtols = sum_rtol(p.dtype, normalize), sum_rtol(q.dtype, normalize)
     if div.compiled is not None:
         core = _core.solve_to_float32 if to_float32 else _core.solve
-        pi, res, status = core(p2, q2, div.compiled, mode, values, nthreads, sums2, out2)
+        pi, res, status, stats = core(p2, q2, div.compiled, mode, values, nthreads, *rtols, out2)
     else:
         vec, scalar, f_inf = _custom(div)
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
-        pi, res, status = core(p2, q2, vec, scalar, f_inf, mode, values, sums2, out2)
+        pi, res, status, stats = core(p2, q2, vec, scalar, f_inf, mode, values, *rtols, out2)
+    refused = status.any() and np.isin(status, _REFUSED).any()
+    if (refused or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
+        # Normalised float64 rows with no float64 reciprocal of their sum (or a sum past DBL_MAX):
+        # rescaled first, then solved as any other rows (a second pass, on such rows only).
+        target, draft = as_pair(target, draft, True)
+        return solve(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads,
+                     normalize=True, check=check, out=out)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
@@ -242,8 +251,7 @@ def solve(
                 f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
                 f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
-        # Zero, negative and non-finite rows are refused by as_pair before the core sees them.
-        raise RuntimeError(f"row {r}: the core refused a row that passed validation (status {int(status[r])}); please report this")
+        raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
     if mode == 0:
         binding = res[:, 0] < res[:, 5]
     else:

@@ -13,10 +13,15 @@ import numpy as np
 from . import _core
 
 # Used across the package, not public API (the entry points check their own arguments).
-__all__ = ["as_distribution", "as_pair", "check_sums", "per_row", "row_stats", "threads_arg"]
+__all__ = ["as_distribution", "as_pair", "check_sums", "pair_arrays", "per_row", "refuse_pair", "row_stats", "sum_rtol", "threads_arg"]
 
 # Relative tolerance on Σ p = 1 per dtype: a float32 softmax over 256k tokens drifts by ~1e-5.
 _SUM_RTOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-6}
+
+
+def sum_rtol(dtype, normalize: bool) -> float:
+    """The tolerance on a row's sum the core checks (inf: any positive sum, the row is normalised)."""
+    return np.inf if normalize else _SUM_RTOL[np.dtype(dtype)]
 
 
 _HALF = ("float16", "half", "bfloat16")
@@ -29,19 +34,30 @@ def as_distribution(x, name: str) -> np.ndarray:
 
 def _distribution(x, name: str, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """as_distribution, and the float64 row sums it computed on the way (on ``threads``, as the core takes them)."""
-    # The usual case first, without the name checks below (a dtype's name costs microseconds).
+    a = _array(x, name)
+    sums, lo, hi = row_stats(a, threads)
+    _check_entries(name, sums, lo, hi)
+    return a, sums
+
+
+def _array(x, name: str) -> np.ndarray:
+    """``x`` as a float32/float64 ndarray of shape (n,) or (B, n), not empty; its values unread."""
+    # The usual case first, without the name checks of _floats (a dtype's name costs microseconds).
     a = x if isinstance(x, np.ndarray) and x.dtype in _FLOATS else _floats(x, name)
     if a.ndim not in (1, 2):
         raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {a.shape}")
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape})")
-    sums, lo, hi = row_stats(a, threads)
+    return a
+
+
+def _check_entries(name: str, sums, lo, hi) -> None:
+    """Refuse NaN, ±inf and negative entries, from each row's float64 Σ, min and max (row_stats)."""
     # One test for the usual case; NaN fails every comparison, and shows in the sums.
     if not (lo.min() >= 0 and hi.max() < np.inf and sums.min() == sums.min()):
         if np.any(np.isnan(sums)) or np.any(hi == np.inf) or np.any(lo == -np.inf):
             raise ValueError(f"{name} contains NaN or infinite entries")
         raise ValueError(f"{name} has negative entries" + _logits_hint(sums))
-    return a, sums
 
 
 def _logits_hint(sums) -> str:
@@ -93,51 +109,83 @@ def row_stats(a: np.ndarray, threads: int = 0) -> tuple[np.ndarray, np.ndarray, 
 
 
 def check_sums(a: np.ndarray, name: str, normalize: bool, sums: np.ndarray | None = None) -> np.ndarray:
-    """Refuse rows that are all zero, and rows not summing to 1 unless ``normalize``."""
+    """Refuse rows that are all zero, and rows not summing to 1 unless ``normalize``; normalised rows
+    that the core cannot scale by their sum's reciprocal come back rescaled."""
     if sums is None:
         sums = row_stats(a)[0]  # finite entries near 1e308 may sum to inf: handled below
-    zero = np.flatnonzero(np.atleast_1d(sums) <= 0)
-    if zero.size:
-        raise ValueError(f"{name} has all-zero rows: {_rows(zero)}")
+    _check_row_sums(name, a.dtype, sums, normalize)
     if normalize:
-        if a.dtype == np.float32:
-            # Left as given: both cores divide each row by its float64 sum, and dividing here would
-            # round the normalised p to float32 first, so that π would answer a p that is off the
-            # float64-normalised one by an ulp per entry (docs/reliability.md).
+        if not _needs_rescale(a.dtype, sums):
+            # Left as given: both cores divide each row by its float64 sum. Dividing a float32 row
+            # here would round the normalised p to float32 first, so that π would answer a p off the
+            # float64-normalised one by an ulp per entry (docs/reliability.md); dividing a float64
+            # row here and again there would round twice (at budget 0, π = p/Σp exactly).
             return a
-        if np.all((sums >= 1e-300) & (sums < np.inf)):
-            # float64 rows too: the core divides by the sum itself (dividing here and again there
-            # would round twice; at budget 0, π = p/Σp exactly). Rows summing below 1e-300 (no
-            # float64 reciprocal) or past DBL_MAX are rescaled here instead.
-            return a
+        # float64 rows summing below 1e-300 (no float64 reciprocal) or past DBL_MAX: rescaled here.
         if not np.all(np.isfinite(sums)):
             # Finite entries whose sum overflows (near 1e308): scale each row by its maximum first.
             a = a / a.max(axis=-1, keepdims=True)
             sums = a.sum(axis=-1, dtype=np.float64)
         return a / sums[..., None] if a.ndim == 2 else a / sums
-    rtol = _SUM_RTOL[a.dtype]
-    off = np.flatnonzero(np.abs(np.atleast_1d(sums) - 1.0) > rtol)
-    if off.size:
-        worst = float(np.atleast_1d(sums)[off[0]])
-        raise ValueError(
-            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); "
-            f"rows {_rows(off)} do not (first sums to {worst!r}). Pass normalize=True to renormalise."
-        )
     return a
 
 
-def as_pair(target, draft, normalize: bool, with_sums: bool = False, threads: int = 0):
-    """(p, q) checked; with ``with_sums``, also their float64 row sums as a (..., 2) array (as
-    ``row_stats`` computes them, for the core to skip its own pass), or None if a row was rescaled.
-    ``threads``: as :func:`threads_arg` returns it, for the checking pass."""
-    p, sp = _distribution(target, "target", threads)
-    q, sq = _distribution(draft, "draft", threads)
+def _check_row_sums(name: str, dtype, sums, normalize: bool) -> None:
+    """Refuse rows that are all zero, and rows not summing to 1 (unless ``normalize``), from their sums."""
+    sums = np.atleast_1d(sums)
+    zero = np.flatnonzero(sums <= 0)
+    if zero.size:
+        raise ValueError(f"{name} has all-zero rows: {_rows(zero)}")
+    if normalize:
+        return
+    rtol = _SUM_RTOL[np.dtype(dtype)]
+    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
+    if off.size:
+        raise ValueError(
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {np.dtype(dtype)}); "
+            f"rows {_rows(off)} do not (first sums to {float(sums[off[0]])!r}). Pass normalize=True to renormalise."
+        )
+
+
+def _needs_rescale(dtype, sums) -> bool:
+    """Whether check_sums would rescale these normalised rows (float64 summing below 1e-300 or past DBL_MAX)."""
+    return np.dtype(dtype) == np.float64 and not np.all((sums >= 1e-300) & (sums < np.inf))
+
+
+def pair_arrays(target, draft) -> tuple[np.ndarray, np.ndarray]:
+    """(p, q) as arrays of one shape (as_pair's checks that read no values): for a solve whose entries
+    and sums the core checks in its own pass (refuse_pair says why it refused a row)."""
+    p, q = _array(target, "target"), _array(draft, "draft")
     if p.shape != q.shape:
         raise ValueError(f"target and draft must have the same shape, got {p.shape} and {q.shape}")
-    p2, q2 = check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)
-    if not with_sums:
-        return p2, q2
-    return p2, q2, (np.stack([sp, sq], axis=-1) if p2 is p and q2 is q else None)
+    return p, q
+
+
+# The core's per-row statuses (path.hpp, Status) of a refused input row.
+_REFUSED = (1, 2, 4)  # zero_row, bad_value, off_sum
+
+
+def refuse_pair(stats: np.ndarray, p_dtype, q_dtype, normalize: bool, shape) -> tuple[bool, bool]:
+    """The error of :func:`as_pair` for rows the core refused, from its per-row stats (B, 6): Σ, min
+    and max of p, then of q (as row_stats computes them). Raises it; returns, where every entry and
+    sum passes, whether each side needs check_sums' rescaling (normalised float64 rows whose sum has
+    no float64 reciprocal or passes DBL_MAX, which the core refuses)."""
+    lead = tuple(shape[:-1])
+    sp, lp, hp, sq, lq, hq = (stats[:, j].reshape(lead) for j in range(6))
+    _check_entries("target", sp, lp, hp)
+    _check_entries("draft", sq, lq, hq)
+    _check_row_sums("target", p_dtype, sp, normalize)
+    _check_row_sums("draft", q_dtype, sq, normalize)
+    return normalize and _needs_rescale(p_dtype, sp), normalize and _needs_rescale(q_dtype, sq)
+
+
+def as_pair(target, draft, normalize: bool):
+    """(p, q) checked: entries, shapes and sums (normalised rows rescaled where check_sums must)."""
+    p, sp = _distribution(target, "target")
+    q, sq = _distribution(draft, "draft")
+    if p.shape != q.shape:
+        raise ValueError(f"target and draft must have the same shape, got {p.shape} and {q.shape}")
+    return check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)
 
 
 def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: str | None = None) -> np.ndarray:

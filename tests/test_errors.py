@@ -97,10 +97,11 @@ def test_the_core_refuses_what_slips_past_python():
         mentored._core.Path(np.array([0.5, np.nan]), np.array([0.5, 0.5]))
     with pytest.raises(ValueError, match="sums to zero"):
         mentored._core.Path(np.array([0.0, 0.0]), np.array([0.5, 0.5]))
-    pi, res, status = mentored._core.solve(
+    pi, res, status, stats = mentored._core.solve(
         np.array([[0.5, -0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1]), 1
     )
     assert status[0] == 2
+    np.testing.assert_array_equal(stats, [[0.0, -0.5, 0.5, 1.0, 0.5, 0.5]])  # why: Σ, min and max per side
     with pytest.raises(ValueError, match="one budget or acceptance per row"):
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1, 0.2]), 1)
     with pytest.raises(ValueError, match="unknown divergence code"):
@@ -173,10 +174,10 @@ def test_a_core_status_after_validation_is_a_bug_not_bad_input(monkeypatch):
     real = mentored._core.solve
 
     def refuse(*args):
-        pi, res, status = real(*args)
+        pi, res, status, stats = real(*args)
         status[:] = 2
-        return pi, res, status
+        return pi, res, status, stats
 
     monkeypatch.setattr(mentored._core, "solve", refuse)
-    with pytest.raises(RuntimeError, match="passed validation"):
+    with pytest.raises(RuntimeError, match="whose entries and sums pass"):
         mentored.solve([0.5, 0.5], [0.25, 0.75], divergence="kl", budget=0.1)

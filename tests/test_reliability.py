@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import sympy
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -245,7 +246,7 @@ def test_raw_core_refuses_denormal_sums():
     # refused (π was ∞ before, found by fuzz/fuzz_core.py). Through the API such rows are
     # normalised in Python first and solve fine.
     tiny = np.full((1, 22), 5e-324)
-    _, _, status = _core.solve(tiny, tiny, 1, 0, np.array([0.1]), 1)
+    status = _core.solve(tiny, tiny, 1, 0, np.array([0.1]), 1)[2]
     assert status[0] == 2
     sol = mentored.solve(tiny[0], tiny[0][::-1].copy(), divergence="kl", budget=0.1, normalize=True)
     np.testing.assert_allclose(sol.pi, np.full(22, 1 / 22), rtol=1e-12)
@@ -285,7 +286,7 @@ def test_raw_core_refuses_sums_that_overflow():
     # Finite entries whose sum is +inf: refused (status 2) instead of solved as an all-zero row.
     big = np.array([[1e308, 1e308, 1.0]])
     small = np.array([[0.2, 0.3, 0.5]])
-    _, _, status = _core.solve(big, small, 1, 0, np.array([0.1]), 1)
+    status = _core.solve(big, small, 1, 0, np.array([0.1]), 1)[2]
     assert status[0] == 2
     with pytest.raises(ValueError):
         _core.Path(big[0], small[0])
@@ -350,21 +351,43 @@ def test_fast_bucket_keys_match_the_definition(scale, rng):
     assert np.any(naive[regular] != exact[regular])
 
 
-def test_row_sums_given_to_the_core_change_nothing(rng):
-    # _core.solve takes the row sums Python computed (one pass saved); any wrong sums cost a
-    # second pass, never a wrong answer.
-    P, Q = (np.stack(x).astype(np.float32) for x in zip(*[llm_like(rng, 3000) for _ in range(4)]))
-    values = np.full(4, 0.1)
-    sums = np.stack([_core.row_stats(P)[:, 0], _core.row_stats(Q)[:, 0]], axis=1)
-    base = _core.solve(P, Q, 1, 0, values, 1)
-    for given in (sums, sums * (1 + 1e-7), np.ones_like(sums), np.full_like(sums, np.nan)):
-        out = _core.solve(P, Q, 1, 0, values, 1, given)
-        assert all(np.array_equal(a, b) for a, b in zip(base, out))
-    bad = P.copy()
-    bad[2, 5] = -1e-9
-    assert _core.solve(bad, Q, 1, 0, values, 1, sums)[2][2] == 2  # still refused
-    with pytest.raises(ValueError, match=r"\(B, 2\)"):
-        _core.solve(P, Q, 1, 0, values, 1, sums[:2])
+def test_the_core_checks_each_row_in_its_own_pass_and_says_why(rng):
+    # One pass across the boundary: _core.solve reads each row's sums, minimum and maximum (the
+    # numbers row_stats gives) in its first pass, refuses a row with a typed status, and returns
+    # those numbers for the message; rtol bounds |Σ − 1| (inf: normalised, any positive sum).
+    P, Q = (np.stack(x) for x in zip(*[llm_like(rng, 3000) for _ in range(5)]))
+    P[1] *= 1.01  # off by 1e-2
+    P[2, 5] = -1e-9
+    Q[3] = 0.0
+    P[4, 7] = np.nan
+    values = np.full(5, 0.1)
+    _, _, status, stats = _core.solve(P, Q, 1, 0, values, 1, rtol_p=1e-6, rtol_q=1e-6)
+    assert status.tolist() == [0, 4, 2, 1, 2]  # ok, off_sum, bad_value, zero_row, bad_value (path.hpp)
+    np.testing.assert_array_equal(stats[:, :3], _core.row_stats(P))
+    np.testing.assert_array_equal(stats[:, 3:], _core.row_stats(Q))
+    # Unchecked sums are normalised: row 1 solves as the row divided by its sum.
+    pi = _core.solve(P[:2], Q[:2], 1, 0, values[:2], 1)[0]
+    want = _core.solve(P[:2] / P[:2].sum(1, keepdims=True), Q[:2], 1, 0, values[:2], 1)[0]
+    np.testing.assert_allclose(pi, want, rtol=1e-12, atol=1e-300)
+    with pytest.raises(ValueError, match="nonnegative"):
+        _core.solve(P, Q, 1, 0, values, 1, rtol_p=-1.0)
+
+
+def test_a_solve_crosses_into_the_core_once(monkeypatch, rng):
+    # Before: row_stats (the checks) and then the solve, two passes across the boundary.
+    calls = []
+    for name in ("solve", "solve_to_float32", "solve_custom", "row_stats"):
+        real = getattr(_core, name)
+        monkeypatch.setattr(_core, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    P, Q = (np.stack(x) for x in zip(*[llm_like(rng, 500) for _ in range(3)]))
+    mentored.solve(P, Q, divergence="kl", budget=0.1)
+    mentored.solve(P.astype(np.float32), Q, divergence="js", acceptance=0.9, normalize=True)
+    t = sympy.Symbol("t", positive=True)
+    mentored.solve(P[0], Q[0], divergence=mentored.Divergence.from_sympy((t - 1) ** 2 / t, t), budget=0.1)
+    assert calls == ["solve", "solve_to_float32", "solve_custom"]
+    with pytest.raises(ValueError, match="draft rows must sum to 1"):
+        mentored.solve(P, Q * 1.1, divergence="kl", budget=0.1)
+    assert calls[-1] == "solve"  # refused from the core's own numbers
 
 
 # ---------------------------------------------------------------------------------------------

@@ -331,7 +331,7 @@ def test_core_dual_parameters_equal_the_numpy_formula(name, rng):
     B = len(P)
     for mode, values in ((0, np.exp(rng.uniform(np.log(1e-3), np.log(3.0), B))), (1, rng.uniform(0.3, 1.0, B))):
         try:
-            pi, res, status = mentored._core.solve(P, Q, int(getattr(mentored._core.Generator, name)), mode, values, 1)
+            pi, res, status, _ = mentored._core.solve(P, Q, int(getattr(mentored._core.Generator, name)), mode, values, 1)
         except ValueError:
             continue
         ok = status == 0

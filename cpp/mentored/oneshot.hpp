@@ -65,10 +65,12 @@ class OneShot {
   // The ratio of a token of bucket k as Token::r holds it.
   static double token_ratio(int k, double a, double b) { return k == kTop ? scaled_quotient(b, a) : b / a; }
 
-  // sp, sq: Σp and Σq if the caller knows them (as stats_pass, that is _core.row_stats, sums them), which
-  // saves a pass over the row; NaN otherwise. Wrong ones cost a second pass, not a wrong answer.
+  // Pass 1 reads the row's sums and checks every entry (input_stats); pass 2 its bucket keys.
   template <class T>
-  Status build(const T* p, const T* q, std::size_t n, double sp = kNaN, double sq = kNaN);
+  Status build(const T* p, const T* q, std::size_t n);
+  // {Σp, min p, max p, Σq, min q, max q} of the row given to build (stats_pass), set whatever the
+  // status: what the caller needs to say why a row was refused.
+  const double* input_stats() const { return stats_; }
 
   double tv() const { return tv_; }
   double d_up() const { return d_up_; }
@@ -216,6 +218,7 @@ class OneShot {
   void divergence_bounds(const F& f, double s, double& low, double& up) const;
 
   double sp_ = 0.0, sq_ = 0.0, ip_ = 1.0, iq_ = 1.0;
+  double stats_[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   double min_a_ = kInf, min_b_ = kInf;  // smallest positive p_i/Σp and q_i/Σq (build_pi)
   double tv_ = 0.0, d_up_ = 0.0, q0_ = 0.0, s_end_ = 0.0;
   int filled_lo_ = 0, filled_hi_ = -1;
@@ -282,20 +285,17 @@ inline std::uint16_t exact_key(double pv, double qv, double ip, double iq);
 // What the keys pass learns of the row besides the keys.
 struct KeysInfo {
   int lo, hi;          // the smallest and largest bucket taken (kBuckets and −1 if none)
-  double sp, sq;       // Σp and Σq, summed as stats_loop sums them (the same bits)
   double min_a, min_b; // the smallest positive p_i/Σp and q_i/Σq
-  bool bad;            // a negative entry, NaN or ±∞
 };
 
-// Bucket keys (OneShot::key) of the tokens of a row scaled by ip = 1/Σp, iq = 1/Σq (Σ as given
-// by the caller: the pass sums the row as well, for build to confirm), with the special keys for
-// p_i = 0 (outside) and for p_i = q_i (none). q/p past DBL_MAX (r = ∞) keys the top bucket.
+// Bucket keys (OneShot::key) of the tokens of a row scaled by ip = 1/Σp, iq = 1/Σq (the row
+// checked by pass 1), with the special keys for p_i = 0 (outside) and for p_i = q_i (none). q/p
+// past DBL_MAX (r = ∞) keys the top bucket.
 template <class T>
 MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double ip, double iq, std::uint16_t* keys) {
   constexpr long long buckets = OneShot::kBuckets;
   long long lo = buckets, hi = -1;
-  double sp = 0.0, sq = 0.0, ma = kInf, mb = kInf;
-  bool bad = false;
+  double ma = kInf, mb = kInf;
   std::size_t i = 0;
 #ifdef MENTORED_VECTORS
   constexpr long long lower = OneShot::kLower, sub = OneShot::kSub;
@@ -303,8 +303,7 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
   const v4d inf = {kInf, kInf, kInf, kInf};
   constexpr int ibuckets = OneShot::kBuckets;
   v4i32 vlo = {ibuckets, ibuckets, ibuckets, ibuckets}, vhi = {-1, -1, -1, -1};
-  v4i vbad = {0, 0, 0, 0};
-  v4d vsp = zero, vsq = zero, vma = inf, vmb = inf;
+  v4d vma = inf, vmb = inf;
   if constexpr (std::is_same<T, float>::value) {
     // float32 rows, eight tokens at a time: the key from r ≈ (q/p)·(Σp/Σq) in float32, within
     // 3 float32 ulps of r (three roundings of 2⁻²⁴), so exact unless r lies within a few ulps of a
@@ -316,20 +315,12 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
       const v8f fzero = {0, 0, 0, 0, 0, 0, 0, 0}, finf = fzero + std::numeric_limits<float>::infinity();
       constexpr int kLow = (1 << (23 - sub)) - 1, kMargin = 8;
       v8i vlo8 = {ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets, ibuckets};
-      v8i vhi8 = vlo8 * 0 - 1, vbad8 = vlo8 * 0;
+      v8i vhi8 = vlo8 * 0 - 1;
       v8f vma8 = finf, vmb8 = finf;
       for (; i + 8 <= n; i += 8) {
         v8f pf, qf;
         std::memcpy(&pf, p + i, sizeof pf);
         std::memcpy(&qf, q + i, sizeof qf);
-        // Σ in float64, four lanes, blocks of four in order: the sums of stats_loop, bit for bit.
-        const v4f p0 = __builtin_shufflevector(pf, pf, 0, 1, 2, 3), p1 = __builtin_shufflevector(pf, pf, 4, 5, 6, 7);
-        const v4f q0 = __builtin_shufflevector(qf, qf, 0, 1, 2, 3), q1 = __builtin_shufflevector(qf, qf, 4, 5, 6, 7);
-        vsp += __builtin_convertvector(p0, v4d);
-        vsp += __builtin_convertvector(p1, v4d);
-        vsq += __builtin_convertvector(q0, v4d);
-        vsq += __builtin_convertvector(q1, v4d);
-        vbad8 |= ~((pf >= fzero) & (pf < finf)) | ~((qf >= fzero) & (qf < finf));
         vma8 = (pf > fzero) & (pf < vma8) ? pf : vma8;  // scaled by ip below (monotone)
         vmb8 = (qf > fzero) & (qf < vmb8) ? qf : vmb8;
         const v8f d = qf / pf;
@@ -361,7 +352,7 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
         std::memcpy(keys + i, &k16, sizeof k16);
       }
       for (int j = 0; j < 8; ++j) {
-        lo = std::min<long long>(lo, vlo8[j]), hi = std::max<long long>(hi, vhi8[j]), bad |= vbad8[j] != 0;
+        lo = std::min<long long>(lo, vlo8[j]), hi = std::max<long long>(hi, vhi8[j]);
         ma = std::min(ma, static_cast<double>(vma8[j]) * ip);
         mb = std::min(mb, static_cast<double>(vmb8[j]) * iq);
       }
@@ -371,10 +362,6 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
     v4d pv, qv;
     load4(p + i, pv);
     load4(q + i, qv);
-    vsp += pv;
-    vsq += qv;
-    // Not (0 ≤ x < ∞): negative, NaN or ±∞.
-    vbad |= ~((pv >= zero) & (pv < inf)) | ~((qv >= zero) & (qv < inf));
     const v4d a = pv * vip, b = qv * viq;
     vma = (a > zero) & (a < vma) ? a : vma;
     vmb = (b > zero) & (b < vmb) ? b : vmb;
@@ -394,22 +381,19 @@ MENTORED_INLINE KeysInfo keys_loop(const T* p, const T* q, std::size_t n, double
     std::memcpy(keys + i, &k16, sizeof k16);
   }
   for (int j = 0; j < 4; ++j) {
-    lo = std::min<long long>(lo, vlo[j]), hi = std::max<long long>(hi, vhi[j]), bad |= vbad[j] != 0;
+    lo = std::min<long long>(lo, vlo[j]), hi = std::max<long long>(hi, vhi[j]);
   }
-  sp = lanes_sum(vsp), sq = lanes_sum(vsq), ma = std::min(ma, lanes_min(vma)), mb = std::min(mb, lanes_min(vmb));
+  ma = std::min(ma, lanes_min(vma)), mb = std::min(mb, lanes_min(vmb));
 #endif
   for (; i < n; ++i) {
     const double pv = static_cast<double>(p[i]), qv = static_cast<double>(q[i]);
-    sp += pv;
-    sq += qv;
-    bad |= !(pv >= 0.0 && pv < kInf && qv >= 0.0 && qv < kInf);
     const double a = pv * ip, b = qv * iq;
     ma = a > 0.0 && a < ma ? a : ma;
     mb = b > 0.0 && b < mb ? b : mb;
     keys[i] = exact_key(pv, qv, ip, iq);
     if (keys[i] < buckets) lo = std::min<long long>(lo, keys[i]), hi = std::max<long long>(hi, keys[i]);
   }
-  return {static_cast<int>(lo), static_cast<int>(hi), sp, sq, ma, mb, bad};
+  return {static_cast<int>(lo), static_cast<int>(hi), ma, mb};
 }
 
 inline std::uint16_t exact_key(double pv, double qv, double ip, double iq) {
@@ -463,7 +447,7 @@ inline double OneShot::edge(int k) {
 }
 
 template <class T>
-Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double sq) {
+Status OneShot::build(const T* p, const T* q, std::size_t n) {
   // Pass 2: the bucket of each token (vectorised), bucket counts and sums.
   constexpr int kSlots = 1 << 16;  // one per 16-bit key
   if (bucket_.P.size() != static_cast<std::size_t>(kSlots)) {  // first row: allocate, all buckets empty
@@ -499,24 +483,9 @@ Status OneShot::build(const T* p, const T* q, std::size_t n, double sp, double s
   dirty_hi_ = -1;
   tok_.keys.resize(n);
   set_input(p, q);
-  // Given sums that are usable, the keys pass does the checks of pass 1 as it goes; otherwise, or
-  // if the row does not sum to what was given, pass 1 first.
-  KeysInfo info{};
-  const bool given = sp > 0.0 && sp < kInf && sq > 0.0 && sq < kInf && 1.0 / sp < kInf && 1.0 / sq < kInf;
-  if (given) {
-    info = keys_pass(p, q, n, 1.0 / sp, 1.0 / sq, tok_.keys.data());
-    if (info.bad) return Status::bad_value;
-  }
-  if (!given || info.sp != sp || info.sq != sq) {
-    const Status st = sums_check(p, q, n);
-    if (st != Status::ok) return st;
-    info = keys_pass(p, q, n, ip_, iq_, tok_.keys.data());
-  } else {
-    sp_ = sp;
-    sq_ = sq;
-    ip_ = 1.0 / sp;
-    iq_ = 1.0 / sq;
-  }
+  const Status st = sums_check(p, q, n);
+  if (st != Status::ok) return st;
+  const KeysInfo info = keys_pass(p, q, n, ip_, iq_, tok_.keys.data());
   min_a_ = info.min_a;
   min_b_ = info.min_b;
   const int range[2] = {info.lo, info.hi};
@@ -582,7 +551,8 @@ template <class T>
 Status OneShot::sums_check(const T* p, const T* q, std::size_t n) {
   // Pass 1: sums, and a check of every entry without a branch: a negative entry shows in the
   // minimum, +∞ in the maximum, a NaN in the sum.
-  double sp[3], sq[3];
+  double* sp = stats_;
+  double* sq = stats_ + 3;
   stats_pass(p, n, sp);
   stats_pass(q, n, sq);
   sp_ = sp[0];
@@ -600,7 +570,7 @@ Status OneShot::sums_check(const T* p, const T* q, std::size_t n) {
   iq_ = 1.0 / sq_;
   // A row summing below 2^-1024 (all entries denormal) has no float64 reciprocal: 1/sp = ∞ would
   // make every a = p_i·∞ = ∞ and π infinite (found by fuzz/fuzz_core.py). Such rows are refused
-  // here; the Python side never sends them (it divides by the sum first when it normalises).
+  // here (bad_value); the Python side, asked to normalise, rescales them and solves again.
   if (!(ip_ < kInf) || !(iq_ < kInf)) return Status::bad_value;
   return Status::ok;
 }

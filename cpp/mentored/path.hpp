@@ -28,6 +28,7 @@ enum class Status : int {
   zero_row = 1,     // a row of p or q sums to zero
   bad_value = 2,    // NaN, ±inf or a negative entry
   unreachable = 3,  // requested acceptance exceeds the end of the curve
+  off_sum = 4,      // a row sums to 1 only beyond the caller's tolerance (solve_row)
 };
 
 // Suffix sums of p_j f(r_j) along each sorted side: the one divergence-dependent table.

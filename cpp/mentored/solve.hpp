@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -71,13 +72,23 @@ bool lossless_is_unique(const F&) {
 }
 inline bool lossless_is_unique(const BuiltinF&) { return true; }
 
+// The input checks of a row beyond its entries (OneShot::build): Σp and Σq within rtol of 1
+// (relative; ∞: any positive sum, the row is normalised), and where to put the row's stats.
+struct RowCheck {
+  double rtol_p = kInf, rtol_q = kInf;
+  double* stats = nullptr;  // {Σp, min p, max p, Σq, min q, max q} (OneShot::input_stats), or null
+};
+
 // U, the type of π: T, or float for float64 rows whose output is float32 (a float32 target with a
 // float64 draft), rounded toward p as the float32 rows are (OneShot::build_pi).
 template <class T, class U, class F>
 Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n, Mode mode, double value, U* pi,
-                 RowResult& out, double sp = kNaN, double sq = kNaN) {
-  const Status st = row.build(p, q, n, sp, sq);
+                 RowResult& out, const RowCheck& check = {}) {
+  const Status st = row.build(p, q, n);
+  if (check.stats) std::copy(row.input_stats(), row.input_stats() + 6, check.stats);
   if (st != Status::ok) return st;
+  const double* sums = row.input_stats();
+  if (!(std::fabs(sums[0] - 1.0) <= check.rtol_p) || !(std::fabs(sums[3] - 1.0) <= check.rtol_q)) return Status::off_sum;
   const double s_max = row.s_max(f.f_inf);
   Point x;
   if (mode == Mode::budget) {
@@ -128,12 +139,12 @@ inline int batch_threads(int threads, std::size_t rows, std::size_t n) {
 }
 
 // Rows [0, rows) of a batch (a chunk of a longer one: the pointers are the chunk's) on nt threads
-// (batch_threads). sums: (rows, 2) of Σp, Σq per row if known (OneShot::build), or null. trim: the
-// call ends with this chunk, so each thread's buffers go back to kKeepTokens.
+// (batch_threads). rtol: of Σp, Σq (RowCheck); stats: (rows, 6) per row (RowCheck), or null. trim:
+// the call ends with this chunk, so each thread's buffers go back to kKeepTokens.
 template <class T, class U, class F>
 void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const F& f, Mode mode,
-                 const double* values, int nt, U* pi, double* results, int* status,
-                 const double* sums = nullptr, bool trim = true) {
+                 const double* values, int nt, U* pi, double* results, int* status, double rtol_p = kInf,
+                 double rtol_q = kInf, double* stats = nullptr, bool trim = true) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
@@ -146,8 +157,8 @@ void solve_batch(const T* p, const T* q, std::size_t rows, std::size_t n, const 
     for (long long b = 0; b < static_cast<long long>(rows); ++b) {
       const std::size_t o = static_cast<std::size_t>(b) * n;
       RowResult r;
-      const double sp = sums ? sums[2 * b] : kNaN, sq = sums ? sums[2 * b + 1] : kNaN;
-      const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r, sp, sq);
+      const RowCheck check{rtol_p, rtol_q, stats ? stats + 6 * static_cast<std::size_t>(b) : nullptr};
+      const Status st = solve_row(row, f, p + o, q + o, n, mode, values[b], pi + o, r, check);
       status[b] = static_cast<int>(st);
       r.store(results + static_cast<std::size_t>(b) * kRowFields);
     }
