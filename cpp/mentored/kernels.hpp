@@ -170,8 +170,8 @@ inline double lanes_min(const v4d& v) { return std::min(std::min(v[0], v[1]), st
 #endif
 
 // One row's Σx in float64, smallest and largest entry: {Σ, min, max}. A NaN shows in the sum
-// (comparisons skip it). Lane j sums the entries i ≡ j mod 4, as the keys pass does: pass 1 of
-// OneShot::build and the input checks of the Python side (_core.row_stats) read these. The sum is
+// (comparisons skip it). Lane j sums the entries i ≡ j mod 4: pass 1 of OneShot::build (the
+// checks of a solve) and the input checks of the Python side (_core.row_stats) read these. The sum is
 // compensated (Knuth's TwoSum per lane: the rounding error of each addition, exactly, collected in
 // a carry), so that Σp is right to an ulp on rows of millions of tokens, where a plain sum drifts
 // by 1e-13; where the plain sum is not finite (NaN, ∞, or finite entries overflowing) it is kept.
