@@ -6,7 +6,7 @@
 #      under torch.cuda.set_sync_debug_mode("error"), and π equal to the C++ core's;
 #   3. benchmarks/torch_lossless.py --device cuda: rejection_sample against a lossless sampler written
 #      the way vLLM's works, same tensors, B·k = 64, V = 131072 (p50, synchronised), and
-#      torch_backend.solve on CUDA against the core on the host, 8 × 131072 float32.
+#      the torch solve on CUDA against the core on the host, 8 × 131072 float32.
 # Never part of the test command: the suite does not depend on a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."

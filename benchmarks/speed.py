@@ -227,7 +227,7 @@ def main():
 
         P, Q = rows(8, 131072)
         tp, tq = torch.from_numpy(P), torch.from_numpy(Q)
-        t_torch = best(lambda: torch_backend.solve(tp, tq, divergence="kl", budget=0.1), 3)
+        t_torch = best(lambda: torch_backend._solve(tp, tq, divergence="kl", budget=0.1), 3)
         t_core = best(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1))
         print(f"\ntorch sort-based, 8 x 131072: {t_torch:.1f} ms, core {t_core:.1f} ms ({t_torch / t_core:.1f}x)")
 

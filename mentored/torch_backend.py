@@ -24,10 +24,11 @@ is found by a k-ary search (255 points per row per step and 9 steps on a GPU, 63
 CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everything else
 :math:`O(V)` or less per row, and no host synchronisation: the whole solve is queued on the
 device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
-the (R, V) tables live in a per-thread workspace (no page faults per call): 9–10× the compiled
-core on 8 × 131072 float32 rows with both on one thread, 11.5–12.5× on two (benchmarks/torch_lossless.py --solve-only), and
-:func:`mentored.serving.rejection_sample` hands CPU tensors to the core (docs/serving.md, "The
-device path").
+the (R, V) tables live in a per-thread workspace (no page faults per call): 11.5× the compiled
+core on 8 × 131072 float32 rows with both on one thread, 17× on two (benchmarks/torch_lossless.py
+--solve-only). So :func:`mentored.solve` and :func:`mentored.serving.rejection_sample` hand CPU
+tensors to the core (docs/serving.md, "The device path"); ``_solve`` runs this algorithm on any
+device, CPU tensors included, for the tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import dataclasses
 import math
 import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -52,7 +54,7 @@ from ._validate import _check_zeros as check_zeros
 from ._validate import per_row
 from ._validate import _step_budgets as step_budgets
 
-__all__ = ["solve", "speculative_step"]
+__all__ = ["speculative_step"]  # solves: mentored.solve, which hands device tensors to _solve_tensors
 
 _LN2 = math.log(2.0)
 _INF = math.inf
@@ -232,13 +234,35 @@ def _workspace(p: torch.Tensor) -> "_Workspace | None":
 
 def _sort_rows(key: torch.Tensor, values: torch.Tensor, order: torch.Tensor):
     """torch.sort of each row (stable), into ``values`` and ``order``: on a CPU one row at a time,
-    several times faster than the batched sort there (a 1-D sort takes torch's fast path); on a GPU
-    one batched call."""
+    several times faster than the batched sort there (a 1-D sort takes torch's fast path), rows
+    spread over torch's threads (a 1-D sort keeps to about one); on a GPU one batched call."""
     if key.device.type != "cpu" or not _ROW_SORT:
         return torch.sort(key, dim=-1, stable=True, out=(values, order))
-    for r in range(key.shape[0]):
-        torch.sort(key[r], stable=True, out=(values[r], order[r]))
+    R = key.shape[0]
+
+    def sort(rows):
+        for r in rows:
+            torch.sort(key[r], stable=True, out=(values[r], order[r]))
+
+    nt = min(R, torch.get_num_threads())
+    if nt < 2:
+        sort(range(R))
+    else:  # torch releases the GIL in its ops: the rows sort side by side
+        list(_sort_pool(nt).map(sort, [range(i, R, nt) for i in range(nt)]))
     return values, order
+
+
+_POOL = {"pool": None, "size": 0}
+_POOL_LOCK = threading.Lock()
+
+
+def _sort_pool(nt: int) -> ThreadPoolExecutor:
+    """Worker threads for the row sorts, kept between calls (as many as torch's threads, at most)."""
+    with _POOL_LOCK:
+        if _POOL["size"] < nt:  # torch's threads were raised: a larger pool (the old one, idle, is left
+            # alone: a caller may hold it still)
+            _POOL["pool"], _POOL["size"] = ThreadPoolExecutor(nt, thread_name_prefix="mentored-sort"), nt
+        return _POOL["pool"]
 
 
 class _Rows:
@@ -496,8 +520,10 @@ class _Point:
         return body if same else body.to(dtype)
 
 
-def solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
-    r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, in torch.
+def _solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget=0.0, zeros="continue") -> torch.Tensor:
+    r""":math:`\pi` of :math:`\mathrm{MD}(f, \varepsilon)` for each row of (R, V) tensors, by the torch
+    algorithm on their device whatever it is: how the tests and benchmarks run the device's code on
+    CPU tensors (:func:`mentored.solve` hands CPU tensors to the core, which is faster there).
 
     Rows must be distributions, to the same relative tolerance as :func:`mentored.solve` (1e-6 for
     float64, 1e-3 for float32). ``budget`` is a float or an (R,) tensor/array. ``divergence`` is a
@@ -629,7 +655,7 @@ def _aliases(ws: "_Workspace", *xs: torch.Tensor) -> bool:
     return any(lo <= x.data_ptr() < hi for x in xs)
 
 
-def verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+def _verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """The accept/residual rule of ``cpp/mentored/speculative.hpp`` on (B, k, V) tensors."""
     B, k, V = q.shape
     pi64, q64 = pi.to(torch.float64), q.to(torch.float64)
@@ -695,8 +721,8 @@ def speculative_step(
         return torch.from_numpy(out)
     dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
     q = q.to(dtype)
-    pi = solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
-    return verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)
+    pi = _solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
+    return _verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)
 
 
 _CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core

@@ -241,7 +241,7 @@ def test_torch_solve_matches_core(kind, rng):
             budgets = np.array(budgets_for(div, p, q))
             ref = mentored.solve(np.tile(p, (budgets.size, 1)), np.tile(q, (budgets.size, 1)), divergence=div, budget=budgets).pi
             rows = torch.tensor(p).expand(budgets.size, -1), torch.tensor(q).expand(budgets.size, -1)
-            got = torch_backend.solve(*rows, divergence=div, budget=budgets)
+            got = torch_backend._solve(*rows, divergence=div, budget=budgets)
             assert_allclose(got.numpy(), ref, rtol=1e-7, atol=1e-9)
 
 
@@ -279,7 +279,7 @@ def test_cpu_tensors_are_verified_by_the_core(one_core_call, rng):
     p, bonus, q, draft = _batch(rng, 3, 4, 30)
     u = rng.random((3, 4, 2))
     want = mentored.speculative_step(p, bonus, q, draft, divergence="hellinger", budget=0.2, uniforms=u)
-    calls = one_core_call(refuse=("mentored.torch_backend.solve", "mentored.torch_backend.verify"))
+    calls = one_core_call(refuse=("mentored.torch_backend._solve", "mentored.torch_backend._verify"))
     T = torch.from_numpy
     got = mentored.speculative_step(T(p), T(bonus), T(q), T(draft), divergence="hellinger", budget=0.2, uniforms=T(u))
     assert isinstance(got, torch.Tensor) and got.dtype == torch.int64

@@ -120,7 +120,7 @@ def test_torch_solve_on_rows_with_zeros_and_ties_is_the_core_optimum(kind, rng):
             budgets = np.array(budgets_for(div, p, q))
             P, Q = np.tile(p, (budgets.size, 1)), np.tile(q, (budgets.size, 1))
             ref = mentored.solve(P, Q, divergence=div, budget=budgets).pi
-            got = tb.solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=budgets).numpy()
+            got = tb._solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=budgets).numpy()
             assert_allclose(got, ref, rtol=0, atol=1e-12, err_msg=f"{kind} {div}")
 
 
@@ -129,7 +129,7 @@ def test_a_custom_divergence_gives_one_optimum_on_numpy_torch_and_the_exact_cert
     p, q = _rows(rng, R=3, V=40)
     for budget in (1e-4, 0.05, 0.3):
         ref = mentored.solve(p, q, divergence=div, budget=budget)
-        got = tb.solve(torch.from_numpy(p), torch.from_numpy(q), divergence=div, budget=budget).numpy()
+        got = tb._solve(torch.from_numpy(p), torch.from_numpy(q), divergence=div, budget=budget).numpy()
         assert_allclose(got, ref.pi, rtol=0, atol=1e-12, err_msg=f"{div.name} {budget}")
         via_solve = mentored.solve(torch.from_numpy(p), torch.from_numpy(q), divergence=div, budget=budget)
         assert_allclose(via_solve.pi.numpy(), ref.pi, rtol=0, atol=1e-12)
@@ -151,8 +151,8 @@ def test_a_custom_named_kl_is_not_the_builtin(rng):
     assert tb._torch_forms(fake) is not tb._torch_forms("kl")
     assert tb._torch_forms(mentored.divergence("kl")) is tb._torch_forms("kl")
     p, q = _rows(rng, R=2, V=30)
-    a = tb.solve(torch.from_numpy(p), torch.from_numpy(q), divergence=fake, budget=0.05)
-    b = tb.solve(torch.from_numpy(p), torch.from_numpy(q), divergence="kl", budget=0.05)
+    a = tb._solve(torch.from_numpy(p), torch.from_numpy(q), divergence=fake, budget=0.05)
+    b = tb._solve(torch.from_numpy(p), torch.from_numpy(q), divergence="kl", budget=0.05)
     assert (a - b).abs().max() > 1e-4
 
 
@@ -222,12 +222,12 @@ def test_float32_output_is_rounded_toward_p_as_the_core_rounds(rng):
     nearest_over = 0
     for div in ("kl", "hellinger"):
         for eps in (1e-9, 1e-6):
-            got = tb.solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps)
+            got = tb._solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps)
             assert got.dtype == torch.float32
             core = mentored.solve(P, Q, divergence=div, budget=eps).pi
             ulps = np.abs(got.numpy().view(np.int32).astype(np.int64) - core.view(np.int32).astype(np.int64))
             assert ulps.max() <= 1
-            pi64 = tb.solve(torch.from_numpy(p64), torch.from_numpy(q64), divergence=div, budget=eps).numpy()
+            pi64 = tb._solve(torch.from_numpy(p64), torch.from_numpy(q64), divergence=div, budget=eps).numpy()
             for r in range(len(P)):
                 assert tilted(div, got[r].numpy(), p64[r]) <= eps * (1 + 1e-6) + 1e-12, (div, eps, r)
                 nearest_over += tilted(div, pi64[r].astype(np.float32), p64[r]) > eps * (1 + 1e-6) + 1e-12
@@ -245,5 +245,5 @@ def test_float32_rounding_on_denormal_targets_is_the_cores(rng):
         for div in ("kl", "reverse_kl", "chi2", "neyman_chi2", "js"):
             for eps in (1e-8, 0.1):
                 core = mentored.solve(P, Q, divergence=div, budget=eps).pi
-                got = tb.solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps).numpy()
+                got = tb._solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps).numpy()
                 np.testing.assert_array_equal(got.view(np.int32), core.view(np.int32), err_msg=f"{div} {eps}")

@@ -49,6 +49,16 @@ def _rows(rng, R, V, dtype=np.float64, zeros=True):
 @pytest.mark.parametrize("div", ["kl", "tv", "reverse_kl", "js"])
 def test_the_solve_syncs_nothing_sorts_once_and_stays_linear_in_memory(div, rng, monkeypatch):
     monkeypatch.setattr(torch_backend, "_host_reads", lambda x: False)  # the device's code, on a CPU
+    # one torch thread: the recorder sees the calling thread only, and more threads sort rows on others
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _shape_of_the_solve(div, rng)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _shape_of_the_solve(div, rng):
     R, V = 6, 500
     p, q = _rows(rng, R, V)
     eps = torch.full((R,), 0.05, dtype=torch.float64)
@@ -81,7 +91,7 @@ def test_torch_solve_matches_the_core_on_longer_rows(search, rng, monkeypatch):
         for div in mentored.BUILTIN_NAMES:
             for budget in (1e-6, 0.02, 0.3) if search != "gpu" else (1e-6, 0.3):
                 ref = mentored.solve(p.numpy(), q.numpy(), divergence=div, budget=budget).pi
-                got = torch_backend.solve(p, q, divergence=div, budget=budget).numpy()
+                got = torch_backend._solve(p, q, divergence=div, budget=budget).numpy()
                 assert_allclose(got, ref, rtol=1e-6, atol=1e-9, err_msg=f"{div} {budget} {dtype}")
 
 
@@ -143,3 +153,19 @@ def test_inverse_cdf_by_binary_search_is_the_masked_rule(rng):
     ref = serving._inverse_cdf_np(w.copy(), u, fb)
     got = serving._inverse_cdf_torch(torch.tensor(w), torch.tensor(u), torch.tensor(fb)).numpy()
     assert_array_equal(got, ref)
+
+
+def test_rows_sorted_side_by_side_give_the_same_bits(rng):
+    # On a CPU the row sorts spread over torch's threads (a pool of Python threads): the answer may
+    # not depend on how many.
+    p, q = _rows(rng, 5, 3000)
+    threads = torch.get_num_threads()
+    outs = []
+    try:
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            outs.append(torch_backend._solve(p, q, divergence="kl", budget=0.1))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch_backend._POOL["size"] >= 3  # the side-by-side sorts ran
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
