@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _core
 from ._duality import certify_at
-from ._validate import _REFUSED, as_pair, pair_arrays, per_row, refuse_pair, sum_rtol, threads_arg
+from ._validate import as_pair, pair_arrays, per_row, refuse_pair, sum_rtol, threads_arg
 from .divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
@@ -236,10 +236,9 @@ def solve(
         vec, scalar, f_inf = _custom(div)
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
         pi, res, status, stats = core(p2, q2, vec, scalar, f_inf, mode, values, *rtols, out2)
-    refused = status.any() and np.isin(status, _REFUSED).any()
-    if (refused or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
-        # Normalised float64 rows with no float64 reciprocal of their sum (or a sum past DBL_MAX):
-        # rescaled first, then solved as any other rows (a second pass, on such rows only).
+    # A refused row raises its error here, from the core's numbers; normalised float64 rows whose sum
+    # has no float64 reciprocal (or passes DBL_MAX) are rescaled, and the batch is solved again.
+    if (status.any() or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
         target, draft = as_pair(target, draft, True)
         return solve(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads,
                      normalize=True, check=check, out=out)

@@ -32,10 +32,10 @@ def as_distribution(x, name: str) -> np.ndarray:
     return _distribution(x, name)[0]
 
 
-def _distribution(x, name: str, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """as_distribution, and the float64 row sums it computed on the way (on ``threads``, as the core takes them)."""
+def _distribution(x, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """as_distribution, and the float64 row sums it computed on the way."""
     a = _array(x, name)
-    sums, lo, hi = row_stats(a, threads)
+    sums, lo, hi = row_stats(a)
     _check_entries(name, sums, lo, hi)
     return a, sums
 
@@ -161,15 +161,12 @@ def pair_arrays(target, draft) -> tuple[np.ndarray, np.ndarray]:
     return p, q
 
 
-# The core's per-row statuses (path.hpp, Status) of a refused input row.
-_REFUSED = (1, 2, 4)  # zero_row, bad_value, off_sum
-
-
 def refuse_pair(stats: np.ndarray, p_dtype, q_dtype, normalize: bool, shape) -> tuple[bool, bool]:
-    """The error of :func:`as_pair` for rows the core refused, from its per-row stats (B, 6): Σ, min
-    and max of p, then of q (as row_stats computes them). Raises it; returns, where every entry and
-    sum passes, whether each side needs check_sums' rescaling (normalised float64 rows whose sum has
-    no float64 reciprocal or passes DBL_MAX, which the core refuses)."""
+    """The error of :func:`as_pair` for rows the core refused (its statuses zero_row, bad_value and
+    off_sum), from its per-row stats (B, 6): Σ, min and max of p, then of q (as row_stats computes
+    them). Raises it; returns, where every entry and sum passes, whether each side needs
+    check_sums' rescaling (normalised float64 rows whose sum has no float64 reciprocal or passes
+    DBL_MAX, which the core refuses)."""
     lead = tuple(shape[:-1])
     sp, lp, hp, sq, lq, hq = (stats[:, j].reshape(lead) for j in range(6))
     _check_entries("target", sp, lp, hp)

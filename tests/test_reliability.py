@@ -477,3 +477,15 @@ def test_one_path_shared_by_threads(rng):
         got = list(pool.map(lambda d: (d, fresh.frontier(budgets, d)), DIVS * 4))
     for d, f in got:
         assert np.array_equal(f, serial[d]), d
+
+
+def test_normalised_rows_whose_sums_the_core_cannot_invert_are_rescaled_first():
+    # The core refuses a row whose sum passes DBL_MAX or has no float64 reciprocal; with
+    # normalize=True such rows are rescaled in Python and solved again (the second pass of _solve).
+    q = np.array([0.5, 0.25, 0.25])
+    want = mentored.solve(np.array([0.2, 0.3, 0.5]), q, divergence="kl", budget=0.05).pi
+    for p in (np.array([2e307, 3e307, 5e307]) * 2.5, np.array([0.2, 0.3, 0.5]) * 1e-310):
+        got = mentored.solve(p, q, divergence="kl", budget=0.05, normalize=True)
+        np.testing.assert_allclose(got.pi, want, rtol=1e-12)
+        with pytest.raises(ValueError, match="rows must sum to 1"):
+            mentored.solve(p, q, divergence="kl", budget=0.05)
