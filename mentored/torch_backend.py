@@ -586,11 +586,11 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
     cand = torch.bitwise_right_shift(d, 63, out=buf(1)).bitwise_and_(_LOW29).add_(vb).bitwise_and_(~_LOW29)
     # The rest by the general rule: where the candidate passed p_i (cand − p and π − p of opposite
     # signs; meeting p from above is allowed, rare, and given by the general rule too), or where π_i
-    # or p_i lies in (0, FLT_MIN) (bits b with |b − H| < H, H half the bits of FLT_MIN).
+    # lies in (0, FLT_MIN), off float32's grid of normals (the sign of (b − FLT_MIN bits) & −b). A
+    # p_i below FLT_MIN needs nothing more: π_i = 0 or past FLT_MIN cannot share its gap.
     flag = torch.sub(cand, pb, out=buf(2)).bitwise_xor_(d)
-    tiny = torch.sub(vb, _TINY_MID, out=buf(3)).abs_()
-    tiny = torch.minimum(tiny, torch.sub(pb, _TINY_MID, out=d).abs_(), out=tiny).sub_(_TINY_MID)
-    special = torch.minimum(flag, tiny, out=flag) < 0
+    tiny = torch.sub(vb, _FLT_MIN_BITS, out=buf(3)).bitwise_and_(torch.neg(vb, out=d))
+    special = flag.bitwise_or_(tiny) < 0
     out = cand.view(torch.float64).to(torch.float32)  # exact: a float32 value
     if _host_reads(pi):  # the few such tokens gathered
         if bool(special.any()):
@@ -601,7 +601,7 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
 
 
 _LOW29 = (1 << 29) - 1  # a double's mantissa bits that float32 does not keep
-_TINY_MID = 0x3810000000000000 // 2  # half the bits of FLT_MIN as a double
+_FLT_MIN_BITS = 0x3810000000000000  # the bits of FLT_MIN as a double
 
 
 def _toward_any(pi: torch.Tensor, p: torch.Tensor, forms: _Forms) -> torch.Tensor:
