@@ -575,7 +575,7 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
     the one whose term p_i f̃(x/p_i) is smaller. ``ws``: a workspace whose buffers 0–3 are free."""
     if dtype != torch.float32:
         return pi.to(dtype)
-    # π_i and p_i 0 or float32-normal (the usual case), in integer arithmetic on the doubles' bits
+    # π_i 0 or float32-normal (the usual case), in integer arithmetic on the doubles' bits
     # (nonnegative: ordered as the values), as kernels.hpp's round_toward_normal does: π's bits with
     # the low 29 of 52 mantissa bits cleared are the float32 at or below π_i, rounded up first the one
     # at or above. Whole-tensor integer passes, no boolean masks (each costs a pass of its own), and
