@@ -185,7 +185,8 @@ def solve(
     out : numpy.ndarray, optional
         Where to write :math:`\pi`: a writeable C-contiguous array of the target's shape and dtype
         (both inputs of that dtype). A decoding loop that passes the same buffer every step saves
-        an allocation per call; ``Solution.pi`` is then a view of ``out``.
+        an allocation per call; ``Solution.pi`` is then a view of ``out``. When the call raises (a
+        row refused by the checks), ``out`` may hold the rows solved before it did.
 
     Returns
     -------
