@@ -286,12 +286,15 @@ std::vector<std::int64_t> counts_arg(const py::object& n) {
 // Solve and verify in one call (speculative.hpp, verify_batch), vLLM's flattened layout: q [T, V],
 // draft [T], uniforms [T, 2] per draft row; budgets [T], or [1] for all; num_draft [B] (Σ = T);
 // bonus [B] (any shape of B entries); p [T + B·extra, V] (extra = 1: a bonus-position row after
-// each request's drafts). Returns (out [B, max n + 1], int32 or int64; the first failed request,
-// −1 if none; its StepStatus code; the position in it, −1 if none). Shape errors raise ValueError.
+// each request's drafts, checked too). rtol_p, rtol_q: tolerances on the rows' sums (∞: none).
+// Returns (out [B, max n + 1], int32 or int64; the first failed request, −1 if none; its
+// StepStatus code; the position in it, −1 if none; the failing rows' {Σ, min, max} of target then
+// draft, StepError). Shape errors raise ValueError.
 template <class T>
 py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::object num_draft,
                  carray<std::int64_t> bonus, carray<double> uniforms, carray<double> budgets, int code, bool keep,
-                 int extra, int threads, bool int32) {
+                 int extra, int threads, bool int32, double rtol_p, double rtol_q) {
+  rtol_arg(rtol_p, rtol_q);
   if (p.ndim() != 2 || q.ndim() != 2 || p.shape(1) != q.shape(1))
     throw std::invalid_argument("target and draft probabilities must be (rows, V) arrays of one V");
   const auto T_ = static_cast<std::size_t>(q.shape(0)), V = static_cast<std::size_t>(q.shape(1));
@@ -329,11 +332,14 @@ py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::objec
     const std::size_t step = n_eps == T_ ? 1 : 0;
     void* o = result.mutable_data();
     py::gil_scoped_release release;
-    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int32_t*>(o), width, error)
-                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int64_t*>(o), width, error);
+    const StepCheck check{rtol_p, rtol_q};
+    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int32_t*>(o), width, error, check)
+                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int64_t*>(o), width, error, check);
   }
   const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
-  return py::make_tuple(result, bad, static_cast<int>(error.status), error.position);
+  carray<double> stats(6);
+  std::copy(error.stats, error.stats + 6, stats.mutable_data());
+  return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats);
 }
 
 // One row, many questions: the structure with its divergence tables cached by code.
@@ -465,10 +471,12 @@ PYBIND11_MODULE(_core, m) {
   // p and q are not converted: a float32 step must not be widened to float64 by overload resolution.
   m.def("verify", &verify<double>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
         py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
-        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"));
+        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"),
+        py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf);
   m.def("verify", &verify<float>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
         py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
-        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"));
+        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"),
+        py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf);
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));

@@ -240,8 +240,9 @@ def _check_zeros(zeros) -> str:
     return zeros
 
 
-def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray):
-    """Shapes, dtypes and id ranges, the same for numpy and torch (``asarray`` keeps the kind)."""
+def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray, rows=True):
+    """Shapes, dtypes and id ranges, the same for numpy and torch (``asarray`` keeps the kind), and
+    unless ``rows`` is False (the core checks them as it solves), the rows' values."""
     p, bonus, q, draft = (asarray(x) for x in (target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids))
     for name, x in (("target_with_bonus_probs", p), ("draft_probs", q)):
         kind = _dtype_kind(x)
@@ -273,8 +274,9 @@ def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, dr
                 raise ValueError(f"{name} must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
     # Every row a distribution, the bonus position included, with (b, j) in the message and the
     # tolerance of mentored.solve (relative 1e-6 in float64, 1e-3 in float32) for numpy and torch alike.
-    _check_step_rows(p, "target_with_bonus_probs", k + 1)
-    _check_step_rows(q, "draft_probs", k)
+    if rows:
+        _check_step_rows(p, "target_with_bonus_probs", k + 1)
+        _check_step_rows(q, "draft_probs", k)
     return p, bonus, q, draft
 
 
@@ -295,17 +297,24 @@ def _check_step_rows(x, name: str, per: int) -> None:
 def _check_row_values(a: np.ndarray, name: str, where) -> None:
     """Rows of a float array, in order: finite, nonnegative, summing to 1; ``where(r)`` names row r."""
     sums, lo, hi = (v.ravel() for v in row_stats(a))
-    bad = np.flatnonzero(np.isnan(sums) | (hi == np.inf) | (lo == -np.inf))
-    if bad.size:
-        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad[0]))})")
-    neg = np.flatnonzero(lo < 0)
-    if neg.size:
-        raise ValueError(f"{name} has negative entries ({where(int(neg[0]))})")
-    rtol = _SUM_RTOL[a.dtype]
-    off = np.flatnonzero(np.abs(sums - 1.0) > rtol)
-    if off.size:
-        r = int(off[0])
-        raise ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {a.dtype}); {where(r)} sums to {float(sums[r])!r}")
+    for bad in (np.isnan(sums) | (hi == np.inf) | (lo == -np.inf), lo < 0, np.abs(sums - 1.0) > _SUM_RTOL[a.dtype]):
+        r = np.flatnonzero(bad)
+        if r.size:
+            raise _row_error(name, a.dtype, (sums[r[0]], lo[r[0]], hi[r[0]]), where(int(r[0])))
+
+
+def _row_error(name: str, dtype, stats, where: str) -> ValueError | None:
+    """The error of one row of a step from its {Σ, min, max} (row_stats; the core's StepError), or
+    None if it passes: where says which row."""
+    s, lo, hi = (float(x) for x in stats)
+    if s != s or hi == np.inf or lo == -np.inf:
+        return ValueError(f"{name} contains NaN or infinite entries ({where})")
+    if lo < 0:
+        return ValueError(f"{name} has negative entries ({where})")
+    rtol = _SUM_RTOL[np.dtype(dtype)]
+    if not abs(s - 1.0) <= rtol:
+        return ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {np.dtype(dtype)}); {where} sums to {s!r}")
+    return None
 
 
 # _SUM_RTOL keyed by torch's dtype names ("torch.float32"), so that torch need not be imported here.

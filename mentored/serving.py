@@ -673,7 +673,7 @@ class Verifier:
         else:
             u = np.ascontiguousarray(_given_uniforms(uniforms, T, lambda x: np.asarray(x, dtype=np.float64)))
         try:
-            out, bad, status, pos = _core.verify(
+            out, bad, status, pos, _ = _core.verify(
                 target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._code, self._keep, 0,
                 self.threads, True,
             )

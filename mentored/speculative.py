@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _core
 from ._solve import solve
-from ._validate import _check_step_inputs, _check_zeros, _step_budgets, _step_uniforms, threads_arg
+from ._validate import _check_step_inputs, _check_zeros, _row_error, _step_budgets, _step_uniforms, sum_rtol, threads_arg
 from .divergences import divergence as _divergence
 
 __all__ = ["speculative_step"]
@@ -115,29 +115,34 @@ def speculative_step(
             numpy_step=speculative_step,
         )
     _check_zeros(zeros)
+    div = _divergence(divergence)
+    # A built-in's rows are checked by the core as it reads them (one pass across the boundary);
+    # a custom divergence's here, before its π is solved row by row in Python.
     p, bonus, q, draft = _check_step_inputs(
-        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray
+        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=div.compiled is None
     )
     B, k, V = q.shape
     budgets = _step_budgets(budget, B, k)
     u = _step_uniforms(uniforms, seed, B, k)
+    dtypes = p.dtype, q.dtype
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
     p = np.ascontiguousarray(p, dtype=dtype)
     q = np.ascontiguousarray(q, dtype=dtype)
-    if k == 0:
-        return np.ascontiguousarray(bonus, dtype=np.int64).reshape(B, 1).copy()
-    div = _divergence(divergence)
     draft = np.ascontiguousarray(draft, dtype=np.int64)
     bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
     if div.compiled is not None:
-        # One call: each position's π is solved in the core just before its acceptance test.
-        out, bad, status, pos = _core.verify(
+        # One call: each position's π is solved in the core just before its acceptance test, and
+        # every row is checked (entries, and sums within the tolerance of its dtype) as it is read.
+        out, bad, status, pos, stats = _core.verify(
             p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
             u.reshape(-1), budgets.reshape(-1), div.compiled, zeros == "keep", 1, threads_arg(threads), False,
+            *(sum_rtol(d, False) for d in dtypes),
         )
         if bad >= 0:
-            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})")
+            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes)
         return out
+    if k == 0:
+        return bonus.reshape(B, 1).copy()
     # A custom divergence: π in Python (its f is a Python callable), then the accept/residual step.
     pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros)
     pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=dtype)
@@ -153,13 +158,25 @@ _STEP_STATUS = {
     3: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
     4: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
     5: "bonus_token_ids: an id outside [0, {V}) at {where}",
+    6: "a row of the target or draft probabilities does not sum to 1 at {where}",
 }
 
 
-def _step_error(status: int, b: int, j: int, V: int, div, where) -> ValueError:
-    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``."""
+def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None) -> ValueError:
+    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``.
+
+    With the failing rows' numbers (``stats``: Σ, min, max of the target row, then of the draft row)
+    and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side."""
+    if stats is not None and int(status) in _ROW_STATUSES:
+        for name, dtype, x in zip(("target_with_bonus_probs", "draft_probs"), dtypes, (stats[:3], stats[3:])):
+            err = _row_error(name, dtype, x, f"row (b, j) = ({b}, {j})")
+            if err is not None:
+                return err
     msg = _STEP_STATUS.get(int(status), "core failure (status {status}) at {where}")
     return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=status))
+
+
+_ROW_STATUSES = (2, 3, 6)  # zero_row, bad_value, off_sum (speculative.hpp, StepStatus)
 
 
 def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:

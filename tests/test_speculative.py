@@ -134,6 +134,43 @@ def test_bad_input_is_refused_clearly(change, error, match, rng):
         mentored.speculative_step(**change(args))
 
 
+def _bad_rows(rng):
+    """(name of the refused input, message, p, q): one bad row each, the messages of the row checks."""
+    p, bonus, q, draft = _batch(rng, 2, 3, 5)
+    cases = []
+    x = q.copy()
+    x[1, 2, 0] = np.nan
+    cases.append(("draft_probs", r"draft_probs contains NaN or infinite entries \(row \(b, j\) = \(1, 2\)\)", p, x))
+    x = p.copy()
+    x[0, 3, 1] = -0.1  # the bonus position's row: never solved, checked all the same
+    cases.append(("target", r"target_with_bonus_probs has negative entries \(row \(b, j\) = \(0, 3\)\)", x, q))
+    x = p.copy()
+    x[1, 0] *= 1.01
+    cases.append(("target", r"target_with_bonus_probs rows must sum to 1 \(relative tolerance 1e-06 for float64\); "
+                  r"row \(b, j\) = \(1, 0\) sums to 1\.01", x, q))
+    x = q.copy().astype(np.float32)
+    x[0, 1] = 0.0
+    cases.append(("draft", r"draft_probs rows must sum to 1 \(relative tolerance 0\.001 for float32\); row \(b, j\) = \(0, 1\) sums to 0\.0",
+                  p.astype(np.float32), x))
+    return bonus, draft, cases
+
+
+@pytest.mark.parametrize("path", ["core", "custom"])
+def test_a_step_checks_its_rows_once_with_the_same_messages(rng, monkeypatch, path):
+    # Built-ins: the rows are checked in the core's own pass as it reads them (row_stats is never
+    # called); custom divergences: in Python before π is solved. The same error either way.
+    import sympy
+
+    t = sympy.Symbol("t", positive=True)
+    div = "kl" if path == "core" else mentored.Divergence.from_sympy(t * sympy.log(t), t, name="kl_custom")
+    if path == "core":
+        monkeypatch.setattr(mentored._core, "row_stats", None)
+    bonus, draft, cases = _bad_rows(rng)
+    for _, match, p, q in cases:
+        with pytest.raises(ValueError, match=match):
+            mentored.speculative_step(p, bonus, q, draft, divergence=div, budget=0.1, seed=0)
+
+
 def test_core_refuses_bad_ids_and_shapes():
     pi = np.full((1, 1, 2), 0.5)
     u = np.zeros((1, 1, 2))
@@ -203,11 +240,13 @@ def test_verify_statuses_name_request_and_position():
     kl = mentored.divergence("kl").compiled
     kw = dict(num_draft=[2, 3], bonus=np.array([0, 1]), u=u, eps=np.array([0.1]))
 
-    def run(p=p, q=q, draft=np.array([0, 1, 0, 3, 2])):
-        out, bad, status, pos = mentored._core.verify(p, q, draft, kw["num_draft"], kw["bonus"], kw["u"], kw["eps"], kl, True, 0, 1, True)
-        return out, (bad, status, pos)
+    def run(p=p, q=q, draft=np.array([0, 1, 0, 3, 2]), extra=0, **rtol):
+        out, bad, status, pos, stats = mentored._core.verify(
+            p, q, draft, kw["num_draft"], kw["bonus"], kw["u"], kw["eps"], kl, True, extra, 1, True, **rtol
+        )
+        return out, (bad, status, pos), stats
 
-    out, err = run()
+    out, err, _ = run()
     assert err == (-1, 0, -1) and out.dtype == np.int32 and out.shape == (2, 4)
     assert run(draft=np.array([0, 1, 0, 9, 2]))[1] == (1, 1, 1)  # an id outside [0, V)
     assert run(draft=np.array([0, 1, 0, -1, 2]))[1] == (1, 1, 1)  # the placeholder too
@@ -218,9 +257,25 @@ def test_verify_statuses_name_request_and_position():
     bad[4, 1] = np.nan  # after request 1's first rejection, at position 0: not solved, checked all the same
     assert run()[0][1, 0] != 0 and np.all(run()[0][1, 1:] == -1)  # position 0 rejected
     assert run(q=bad)[1] == (1, 3, 2)
+    np.testing.assert_array_equal(run(q=bad)[2][:3], [1.0, 0.25, 0.25])  # the rows' numbers: target fine,
+    assert np.isnan(run(q=bad)[2][3])  # the draft's sum NaN
     zero = p.copy()
     zero[3] = 0.0
     assert run(p=zero)[1] == (1, 2, 1)
+    # Sums within rtol of 1 (per side; inf, the default: not checked), solved rows and unread ones alike
+    off = p.copy()
+    off[1] *= 1.01
+    assert run(p=off)[1] == (-1, 0, -1)
+    assert run(p=off, rtol_p=1e-6, rtol_q=1e-6)[1] == (0, 6, 1)
+    assert run(p=off, rtol_p=0.02)[1] == (-1, 0, -1)
+    off_late = q.copy()
+    off_late[4] *= 1.01  # request 1, position 2: after its rejection, read only to be checked
+    assert run(q=off_late, rtol_q=1e-6)[1] == (1, 6, 2)
+    # extra = 1: each request's bonus-position row of p, never solved, is checked too
+    with_bonus = np.insert(p, [2, 5], 0.25, axis=0)
+    assert run(p=with_bonus, extra=1)[1] == (-1, 0, -1)
+    with_bonus[2, 0] = np.nan  # request 0 accepts both drafts, then meets its bonus row
+    assert run(p=with_bonus, extra=1)[1] == (0, 3, 2)
     with pytest.raises(TypeError):  # float32 and float64 rows: never widened behind the caller's back
         mentored._core.verify(p.astype(np.float32), q, np.zeros(5, dtype=np.int64), [2, 3], kw["bonus"], u, kw["eps"], kl, True, 0, 1, True)
     with pytest.raises(ValueError, match="sum to the number of draft rows"):

@@ -40,6 +40,7 @@ enum class StepStatus : int {
   bad_value = 3,    // NaN, ±inf or a negative entry
   unreachable = 4,  // zeros = keep: the end of the finite curve out of reach (rounding)
   bad_bonus = 5,    // a bonus id outside [0, V)
+  off_sum = 6,      // a row sums to 1 only beyond the caller's tolerance
 };
 
 inline StepStatus step_status(Status st) {
@@ -47,6 +48,7 @@ inline StepStatus step_status(Status st) {
     case Status::ok: return StepStatus::ok;
     case Status::zero_row: return StepStatus::zero_row;
     case Status::unreachable: return StepStatus::unreachable;
+    case Status::off_sum: return StepStatus::off_sum;
     default: return StepStatus::bad_value;
   }
 }
@@ -124,9 +126,10 @@ void speculative_batch(const T* pi, const T* q, const std::int64_t* draft, const
 // to 0 on {p = 0}: the optimum with those zeros as constraints (docs/theory.md §8), as
 // mentored.speculative.solve_pi does for the rows it is given.
 template <class T, class F>
-Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, double eps, bool keep, T* pi) {
+Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, double eps, bool keep, T* pi,
+                      const RowCheck& check = {}) {
   RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
-  Status st = solve_row(row, f, p, q, V, Mode::budget, eps, pi, r);
+  Status st = solve_row(row, f, p, q, V, Mode::budget, eps, pi, r, check);
   if (st != Status::ok || !keep || !(f.f_inf < kInf) || !std::isinf(r.t_hi)) return st;
   double q0 = 0.0, sq = 0.0;
   for (std::size_t i = 0; i < V; ++i) {
@@ -142,51 +145,83 @@ Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::siz
   return Status::ok;
 }
 
-// Status of rows that no decision reads (after a rejection): checked as a solve would check them
-// (finite, nonnegative, a positive sum), so that bad input is never answered silently.
+// Status of a row that no decision reads (after a rejection, and the bonus position's target row):
+// checked as a solve would check it (finite, nonnegative, a positive sum within rtol of 1), so that
+// bad input is never answered silently. stats: its {Σ, min, max} (stats_pass).
 template <class T>
-Status check_row(const T* x, std::size_t V) {
-  double st[3];
-  stats_pass(x, V, st);
-  if (!(st[1] >= 0.0 && st[2] < kInf && st[0] < kInf)) return Status::bad_value;
-  if (!(st[0] > 0.0)) return Status::zero_row;
+Status check_row(const T* x, std::size_t V, double rtol, double* stats) {
+  stats_pass(x, V, stats);
+  if (!(stats[1] >= 0.0 && stats[2] < kInf && stats[0] < kInf)) return Status::bad_value;
+  if (!(stats[0] > 0.0)) return Status::zero_row;
+  if (!(std::fabs(stats[0] - 1.0) <= rtol)) return Status::off_sum;
   return Status::ok;
 }
 
-// Where a step failed: request b, position j (−1 when not yet known), and the status.
+// Where a step failed: request b, position j (−1 when not yet known), the status, and the failing
+// row's numbers for the message: {Σ, min, max} of its target row, then of its draft row (a row
+// not read: {1, 0, 0}, which passes).
 struct StepError {
   StepStatus status = StepStatus::ok;
   std::int64_t position = -1;
+  double stats[6] = {1.0, 0.0, 0.0, 1.0, 0.0, 0.0};
+};
+
+// The tolerances on the sums of a step's target and draft rows (RowCheck; ∞: no check).
+struct StepCheck {
+  double rtol_p = kInf, rtol_q = kInf;
 };
 
 // One request of n drafts, rows p (its first n rows are read), q [n, V]; pi: a scratch row [V].
 // out [width] (width ≥ n + 1) is filled with −1, then the accepted drafts, the residual token at
 // the first rejection, or the bonus at column n. Positions are solved only when reached.
+// A failed row's error: its status at position j, with the numbers of its rows.
+inline StepError step_error(Status st, std::size_t j, const double* stats_p, const double* stats_q) {
+  StepError e;
+  e.status = step_status(st);
+  e.position = static_cast<std::int64_t>(j);
+  if (stats_p) std::copy(stats_p, stats_p + 3, e.stats);
+  if (stats_q) std::copy(stats_q, stats_q + 3, e.stats + 3);
+  return e;
+}
+
+// bonus_row: p holds the bonus position's target row after the n drafts' (speculative_step's
+// layout), checked as the rows no decision reads are.
 template <class T, class F, class O>
 StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const std::int64_t* draft, std::size_t n,
                          std::int64_t bonus, const double* u, const double* eps, std::size_t eps_step, std::size_t V,
-                         bool keep, T* pi, O* out, std::size_t width) {
+                         bool keep, T* pi, O* out, std::size_t width, const StepCheck& check = {}, bool bonus_row = false) {
   for (std::size_t j = 0; j < width; ++j) out[j] = O(-1);
   for (std::size_t j = 0; j < n; ++j)
     if (draft[j] < 0 || static_cast<std::size_t>(draft[j]) >= V) return {StepStatus::bad_token, static_cast<std::int64_t>(j)};
   if (bonus < 0 || static_cast<std::size_t>(bonus) >= V) return {StepStatus::bad_bonus, static_cast<std::int64_t>(n)};
+  double stats[6];
+  // The rows from `from` on that no decision reads: each target row, then each draft row.
+  const auto check_rest = [&](std::size_t from) -> StepError {
+    for (std::size_t l = from; l < n; ++l) {
+      Status st = check_row(p + l * V, V, check.rtol_p, stats);
+      if (st != Status::ok) return step_error(st, l, stats, nullptr);
+      st = check_row(q + l * V, V, check.rtol_q, stats + 3);
+      if (st != Status::ok) return step_error(st, l, stats, stats + 3);
+    }
+    if (bonus_row) {
+      const Status st = check_row(p + n * V, V, check.rtol_p, stats);
+      if (st != Status::ok) return step_error(st, n, stats, nullptr);
+    }
+    return {};
+  };
   for (std::size_t j = 0; j < n; ++j) {
     const T* pj = p + j * V;
     const T* qj = q + j * V;
-    const Status st = solve_position(row, f, pj, qj, V, eps[j * eps_step], keep, pi);
-    if (st != Status::ok) return {step_status(st), static_cast<std::int64_t>(j)};
+    const Status st = solve_position(row, f, pj, qj, V, eps[j * eps_step], keep, pi, RowCheck{check.rtol_p, check.rtol_q, stats});
+    if (st != Status::ok) return step_error(st, j, stats, stats + 3);
     bool accepted;
     out[j] = static_cast<O>(decide(pi, qj, draft[j], u + 2 * j, V, accepted));
     if (accepted) continue;
-    for (std::size_t l = j + 1; l < n; ++l) {
-      Status rest = check_row(p + l * V, V);
-      if (rest == Status::ok) rest = check_row(q + l * V, V);
-      if (rest != Status::ok) return {step_status(rest), static_cast<std::int64_t>(l)};
-    }
-    return {};
+    return check_rest(j + 1);
   }
-  out[n] = static_cast<O>(bonus);
-  return {};
+  const StepError rest = check_rest(n);
+  if (rest.status == StepStatus::ok) out[n] = static_cast<O>(bonus);
+  return rest;
 }
 
 // A batch of B requests in the flattened layout: request b owns n[b] consecutive rows of q, draft,
@@ -198,7 +233,8 @@ StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const
 template <class T, class F, class O>
 std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t* draft, const std::int64_t* n,
                          const std::int64_t* bonus, const double* u, const double* eps, std::size_t eps_step,
-                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int threads, O* out, std::size_t width, StepError& error) {
+                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int threads, O* out, std::size_t width, StepError& error,
+                         const StepCheck& check = {}) {
   std::vector<std::size_t> start(B + 1, 0);
   for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(n[b]);
   std::vector<StepError> errors(B);
@@ -216,7 +252,8 @@ std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t*
     for (long long bb = 0; bb < static_cast<long long>(B); ++bb) {
       const std::size_t b = static_cast<std::size_t>(bb), s = start[b];
       errors[b] = verify_request(row, f, p + (s + b * extra) * V, q + s * V, draft + s, static_cast<std::size_t>(n[b]),
-                                 bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width, width);
+                                 bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width, width,
+                                 check, extra == 1);
     }
     row.trim(kKeepTokens);
     if (scratch.size() > kKeepTokens) std::vector<T>().swap(scratch);
