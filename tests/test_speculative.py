@@ -171,6 +171,16 @@ def test_a_step_checks_its_rows_once_with_the_same_messages(rng, monkeypatch, pa
             mentored.speculative_step(p, bonus, q, draft, divergence=div, budget=0.1, seed=0)
 
 
+def test_no_drafts_gives_the_bonus_and_still_checks_its_row():
+    # k = 0: each request emits its bonus token; its target row, never solved, is checked all the same.
+    p = np.full((3, 1, 4), 0.25)
+    q, draft, bonus = np.zeros((3, 0, 4)), np.zeros((3, 0), dtype=np.int64), np.array([[1], [2], [3]])
+    assert mentored.speculative_step(p, bonus, q, draft, divergence="kl", budget=0.1, seed=0).tolist() == [[1], [2], [3]]
+    p[1, 0, 0] = np.nan
+    with pytest.raises(ValueError, match=r"target_with_bonus_probs contains NaN .*\(b, j\) = \(1, 0\)"):
+        mentored.speculative_step(p, bonus, q, draft, divergence="kl", budget=0.1, seed=0)
+
+
 def test_core_refuses_bad_ids_and_shapes():
     pi = np.full((1, 1, 2), 0.5)
     u = np.zeros((1, 1, 2))
