@@ -310,7 +310,9 @@ class Divergence:
             name: backends tell them apart by :attr:`compiled`.
         timeout : float or None
             Seconds within which the call returns or refuses (5 s); ``None`` waits as long as sympy
-            takes. Symbolic steps that run out fall back to numeric checks.
+            takes. The limit can only refuse: the analysis runs in a process of its own and does not
+            depend on the clock, so a generator that is accepted gives the same divergence on any
+            machine, idle or busy (:mod:`mentored.symbolic`).
 
         Raises
         ------

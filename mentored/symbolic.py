@@ -32,30 +32,36 @@ symbolically where sympy solves the stationarity equation :math:`f'(t) = y` (els
 (:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`). Each is compiled to a vectorised numpy callable; where
 :math:`f` is not differentiable, :math:`f'` returns a subgradient.
 
-Time limit
-----------
-:meth:`~mentored.Divergence.from_sympy` (through :func:`analyse`) returns or refuses within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`, 5 s;
-``None`` for no limit). Each symbolic step (a limit, a simplification, the convexity proof, the
-conjugate) runs under a share of the limit; a step that runs out is treated as undecided and its
-numeric fallback is used. If the whole analysis runs out, :class:`SymbolicTimeoutError` (a
-``ValueError``) names the step it was in. Mechanism: in the main thread of a POSIX process whose
-``SIGALRM`` is unused, a ``signal.setitimer`` alarm ticking every 20 ms raises an internal exception in
-the sympy code once the deadline has passed (the previous handler and timer are restored); elsewhere
-(other threads, Windows, a ``SIGALRM`` in use) a ``sys.setprofile`` hook of the calling thread (and
-of it alone) checks the deadline at every Python and C function call, which costs about two to three
-times the time. Both interrupt between calls only: one non-interruptible C operation (a huge integer
-power) overruns by its own duration. No thread or process is started: a worker thread could not be
-stopped, and a forked process could not hand back the compiled callables (and forks badly in a
-multithreaded caller).
-Sympy's caches stay consistent; an interrupted assumption query may stay undecided (``None``, which
-is always sound) on the expression objects involved.
+Float literals are read as the decimals they print as (``0.5`` as 1/2, ``1e-12`` as 1/10¹²), so that
+``0.5*Abs(t - 1)`` is decided exactly as ``Abs(t - 1)/2`` is; :attr:`SymbolicInfo.expr` holds that form.
+
+Where a derivation gives up (sympy cannot decide convexity, cannot take a limit, cannot solve
+:math:`f'(t) = y`), the numeric route takes over and a :class:`NumericCheckWarning` says what was
+found numerically and why.
+
+Time limit, and the same answer on any machine
+----------------------------------------------
+The analysis runs in a separate Python process (started on first use and kept for the next one, with
+a fixed hash seed), and its result is handed back as sympy expressions and floats; the callables are
+compiled here. :meth:`~mentored.Divergence.from_sympy` (through :func:`analyse`) returns or refuses
+within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`, 5 s; ``None`` for no limit), counted from
+when the process is ready: past it the process is killed, and :class:`SymbolicTimeoutError` (a
+``ValueError``) names the step it was in. Nothing in the analysis depends on the clock, so the limit
+can only refuse: the same generator gives the same facts on an idle and on a busy machine, in any
+thread, and no exception is ever raised asynchronously into the caller's code (there is no signal
+handler, no profile hook, and the caller's threads only wait on a queue). Results are kept per
+generator for the life of the caller's process.
 """
 
 from __future__ import annotations
 
-import gc
+import atexit
 import math
-import signal
+import os
+import pickle
+import queue
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -235,182 +241,28 @@ def numeric_conjugate(f, fprime, fprime0, f0, f_inf):
     return conj
 
 
-# ---------------------------------------------------------------------------------------------
-# Time limits (see the module docstring)
+class _Progress:
+    """One analysis's progress: the stage it is in (sent to the caller) and what was checked numerically."""
 
-_TICK = 0.02  # seconds between alarm ticks
-
-
-class _Expired(BaseException):
-    """Raised into the sympy code when a deadline has passed; a BaseException, so that sympy's own
-    ``except Exception`` clauses do not swallow it. ``level`` is the index of the deadline in the stack."""
-
-    def __init__(self, level):
-        super().__init__(level)
-        self.level = level
-
-
-class _Clock(threading.local):
-    def __init__(self):
-        self.stack = []  # nested deadlines (time.monotonic), innermost last
-        self.delivered = {}  # level -> when _Expired was last raised for it
-        self.mode = None  # "signal" or "profile" while a deadline is armed
-        self.saved = None  # the SIGALRM handler or the profile function in place before
-
-
-_CLOCK = _Clock()
-
-
-_REDELIVER = 0.5  # seconds before an expiry is raised again (were it swallowed by a bare except)
-
-
-def _expired_level():
-    """The outermost expired level, once per _REDELIVER seconds: the unwinding code (except/finally
-    clauses) is not hit by a second delivery while it runs."""
-    now = time.monotonic()
-    for i, d in enumerate(_CLOCK.stack):
-        if now >= d:
-            if now - _CLOCK.delivered.get(i, -math.inf) < _REDELIVER:
-                return None
-            _CLOCK.delivered[i] = now
-            return i
-    return None
-
-
-def _in_gc_callback(frame) -> bool:
-    """Whether ``frame`` runs inside one of ``gc.callbacks`` (a test runner's, say): an expiry raised
-    there would be printed and ignored, not unwound through the analysis, so it waits for the next
-    tick (20 ms) or call outside."""
-    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
-    codes.discard(None)
-    while codes and frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _on_alarm(signum, frame):
-    if _in_gc_callback(frame):
-        return
-    level = _expired_level()
-    if level is not None:
-        raise _Expired(level)
-
-
-def _on_call(frame, event, arg):
-    if _CLOCK.stack and time.monotonic() >= _CLOCK.stack[-1] and not _in_gc_callback(frame):
-        level = _expired_level()
-        if level is not None:
-            raise _Expired(level)
-    chained = _CLOCK.saved
-    if chained is not None and chained is not _on_call:
-        chained(frame, event, arg)
-
-
-def _signal_usable() -> bool:
-    return (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
-        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    )
-
-
-def _reset_if_stale():
-    """Undo an arming left behind (an expiry delivered in the instant of disarming)."""
-    if _CLOCK.stack:
-        return
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        if signal.getsignal(signal.SIGALRM) is _on_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)
-            saved = _CLOCK.saved if _CLOCK.mode == "signal" and _CLOCK.saved is not _on_alarm else signal.SIG_DFL
-            signal.signal(signal.SIGALRM, saved)
-    if sys.getprofile() is _on_call:
-        saved = _CLOCK.saved if _CLOCK.mode == "profile" and _CLOCK.saved is not _on_call else None
-        sys.setprofile(saved)
-    _CLOCK.mode = _CLOCK.saved = None
-    _CLOCK.delivered.clear()
-
-
-def _arm():
-    if _signal_usable():
-        _CLOCK.mode, _CLOCK.saved = "signal", signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, _TICK, _TICK)
-    else:
-        _CLOCK.mode, _CLOCK.saved = "profile", sys.getprofile()
-        sys.setprofile(_on_call)
-
-
-def _disarm():
-    if _CLOCK.mode == "signal":
-        signal.setitimer(signal.ITIMER_REAL, 0.0, 0.0)  # no tick after this, then the old handler
-        signal.signal(signal.SIGALRM, _CLOCK.saved)
-    elif _CLOCK.mode == "profile":
-        sys.setprofile(_CLOCK.saved)
-    _CLOCK.mode = _CLOCK.saved = None
-
-
-def _bounded(seconds, fn, *args):
-    """``(True, fn(*args))``, or ``(False, None)`` when ``seconds`` ran out first.
-
-    Nests: an inner limit never outlives the one around it, and an outer expiry unwinds through it."""
-    stack = _CLOCK.stack
-    if seconds is None and not stack:
-        return True, fn(*args)
-    deadline = time.monotonic() + (math.inf if seconds is None else seconds)
-    if stack:
-        deadline = min(deadline, stack[-1])
-    level = len(stack)
-    if level == 0:
-        _reset_if_stale()
-        _arm()
-    stack.append(deadline)
-    _CLOCK.delivered.pop(level, None)
-    try:
-        return True, fn(*args)
-    except _Expired as exc:
-        if exc.level < level:
-            raise
-        return False, None
-    finally:
-        del stack[level:]
-        if level == 0:
-            _disarm()
-        elif _CLOCK.mode == "profile" and sys.getprofile() is not _on_call:
-            sys.setprofile(_on_call)  # a profile function that raises is unset by the interpreter
-
-
-class _Budget:
-    """The time limit of one analysis: a share of it per symbolic step, the rest for the numerics."""
-
-    def __init__(self, timeout):
-        self.timeout = timeout
-        self.start = time.monotonic()
-        self.stage = "starting"
+    def __init__(self, report=None):
+        self._report = report
+        self._stage = "starting"
         self.notes = []  # what was checked numerically, for the NumericCheckWarning
 
-    def step(self):
-        if self.timeout is None:
-            return None
-        left = self.timeout - (time.monotonic() - self.start)
-        return min(0.5 * self.timeout, left - 0.2 * self.timeout)
+    @property
+    def stage(self):
+        return self._stage
+
+    @stage.setter
+    def stage(self, text):
+        self._stage = text
+        if self._report is not None:
+            self._report(text)
 
 
-def _sym(budget, fn, *args):
-    """``fn(*args)`` under a step's share of the limit; None where it ran out or sympy failed (undecided)."""
-    seconds = budget.step()
-    if seconds is not None and seconds <= 0:
-        return None
-    try:
-        ok, value = _bounded(seconds, fn, *args)
-    except Exception:  # sympy's internal errors (NotImplementedError, TypeError, ...) decide nothing
-        return None
-    return value if ok else None
-
-
-def _num(fn, *args):
-    """A numeric step (high-precision evaluation): bounded by the whole limit only; None on failure."""
+def _try(fn, *args):
+    """``fn(*args)``, or None where sympy failed: undecided (NotImplementedError, TypeError, ...
+    from its internals decide nothing), and the numerics decide instead."""
     try:
         return fn(*args)
     except Exception:
@@ -449,7 +301,7 @@ def _confirmed_negative(expr, t, x) -> bool:
 # The numeric checks, over the whole half-line
 
 
-def _special_points(f, t, budget) -> list[float]:
+def _special_points(f, t, progress) -> list[float]:
     """Kinks and singularities sympy reports: zeros in (0, ∞) of the arguments of Abs, sign,
     Heaviside, of Max/Min differences, Piecewise conditions, logarithms and denominators."""
     cands = []
@@ -468,7 +320,7 @@ def _special_points(f, t, budget) -> list[float]:
     for c in cands[:24]:
         if t not in c.free_symbols:
             continue
-        roots = _sym(budget, sp.solve, c, t)
+        roots = _try(sp.solve, c, t)
         for r in roots or ():
             try:
                 v = complex(sp.N(r))
@@ -497,7 +349,7 @@ def _grid(points) -> np.ndarray:
 _GRID = _grid([])
 
 
-def _finite_mask(f, t, grid, vals, budget) -> np.ndarray:
+def _finite_mask(f, t, grid, vals, progress) -> np.ndarray:
     """Where f is finite in floating point. A run of non-finite values is a float overflow when f is
     finite and real there in high precision (kept out of the float checks), else f is refused."""
     bad = ~np.isfinite(vals)
@@ -510,8 +362,8 @@ def _finite_mask(f, t, grid, vals, budget) -> np.ndarray:
         probes += sorted({int(r[0]), int(r[len(r) // 2]), int(r[-1])})
     for i in probes:
         x = float(grid[i])
-        budget.stage = f"checking that f is finite and real at t = {x:.6g}"
-        v = _num(_hp, f, t, x)
+        progress.stage = f"checking that f is finite and real at t = {x:.6g}"
+        v = _try(_hp, f, t, x)
         if v is None:
             raise ValueError(f"f must be finite and real on (0, ∞); it is not at t = {x:.6g}")
     if len(runs) > 8:
@@ -519,7 +371,7 @@ def _finite_mask(f, t, grid, vals, budget) -> np.ndarray:
     return ~bad  # float overflow of a finite f: not a property of f, and not reported
 
 
-def _refute_convexity(f, t, f2, grid, vals, ok, budget) -> str | None:
+def _refute_convexity(f, t, f2, grid, vals, ok, progress) -> str | None:
     """A confirmed point where f is not convex, described, or None. Two witnesses: secant slopes that
     decrease on the grid, and f'' < 0 at a grid point; each confirmed in high precision."""
     x, v = grid[ok], vals[ok]
@@ -533,8 +385,8 @@ def _refute_convexity(f, t, f2, grid, vals, ok, budget) -> str | None:
             if not excess[k] > 0:
                 break
             a, b, c = (float(x[k + j]) for j in range(3))
-            budget.stage = f"confirming a decreasing slope of f near t = {b:.6g}"
-            fa, fb, fc = (_num(_hp, f, t, s, 40) for s in (a, b, c))
+            progress.stage = f"confirming a decreasing slope of f near t = {b:.6g}"
+            fa, fb, fc = (_try(_hp, f, t, s, 40) for s in (a, b, c))
             if None in (fa, fb, fc):
                 continue
             s1 = (fb - fa) / (sp.Rational(b) - sp.Rational(a))
@@ -552,13 +404,13 @@ def _refute_convexity(f, t, f2, grid, vals, ok, budget) -> str | None:
             neg = np.flatnonzero(np.isfinite(d2) & (d2 < 0))
             for k in neg[np.argsort(d2[neg])][:6]:
                 b = float(grid[k])
-                budget.stage = f"confirming f'' < 0 at t = {b:.6g}"
-                if _num(_confirmed_negative, f2, t, b):
+                progress.stage = f"confirming f'' < 0 at t = {b:.6g}"
+                if _try(_confirmed_negative, f2, t, b):
                     return f"f''({b:.6g}) = {float(_hp(f2, t, b)):.6g} < 0"
     return None
 
 
-def _series_limit(expr, t, at_inf, budget):
+def _series_limit(expr, t, at_inf, progress):
     """lim expr at 0+ or ∞ from high-precision values at t = 2^(∓2^j), j = 3..11; None if undecided.
 
     Used only for monotone quantities of a convex f (f near 0 and ∞, f(t)/t, f'), whose values
@@ -566,7 +418,7 @@ def _series_limit(expr, t, at_inf, budget):
     vals = []
     for j in range(3, 12):
         x = sp.Integer(2) ** (2**j) if at_inf else sp.Rational(1, 2 ** (2**j))
-        v = _num(_hp_signed_inf, expr, t, x)
+        v = _try(_hp_signed_inf, expr, t, x)
         if v is None:
             return None
         vals.append(v)
@@ -759,7 +611,7 @@ def _conjugate(f, fp, t, f0, fprime0, f_inf):
     return sp.Piecewise(*pieces), end, inverse
 
 
-def _check_at_one(f, t, budget):
+def _check_at_one(f, t, progress):
     """f(1) = 0 exactly: decided by sympy, else to 60 digits (reported)."""
     try:
         at1 = f.subs(t, 1)
@@ -767,30 +619,30 @@ def _check_at_one(f, t, budget):
         raise ValueError(f"f(1) = 0 fails: f(1) is not defined ({exc})") from None
     z = at1.is_zero
     if z is None:
-        simp = _sym(budget, sp.simplify, at1)
+        simp = _try(sp.simplify, at1)
         z = None if simp is None else simp.is_zero
     if z is False:
         raise ValueError(f"f(1) = 0 fails: f(1) = {at1}")
     if z is None:
-        v = _num(_hp, at1, t, sp.Integer(1), 60)
+        v = _try(_hp, at1, t, sp.Integer(1), 60)
         if v is None or abs(v) > 1e-50:
             raise ValueError(f"f(1) = 0 fails: f(1) = {at1} ≈ {v}")
-        budget.notes.append("f(1) = 0 was checked to 60 digits (sympy could not decide it)")
+        progress.notes.append("f(1) = 0 was checked to 60 digits (sympy could not decide it)")
 
 
-def _limit(budget, name, expr, t, point, side):
+def _limit(progress, name, expr, t, point, side):
     """A limit as a float: sympy's, else the numeric one (reported), else ValueError naming it."""
-    budget.stage = f"taking the limit {name}"
+    progress.stage = f"taking the limit {name}"
 
     def symbolic():
         return _float(sp.limit(expr, t, point, side))
 
-    v = _sym(budget, symbolic)
+    v = _try(symbolic)
     if v is None:
-        v = _series_limit(expr, t, point == sp.oo, budget)
+        v = _series_limit(expr, t, point == sp.oo, progress)
         if v is None:
             raise ValueError(f"could not determine the limit {name} of f (sympy could not, and the values do not settle)")
-        budget.notes.append(f"{name} = {v:.6g} was found numerically")
+        progress.notes.append(f"{name} = {v:.6g} was found numerically")
     return v
 
 
@@ -799,96 +651,117 @@ def analyse(f_expr, t, *, conjugate_expr=None, timeout=None) -> SymbolicInfo:
 
     ``conjugate_expr`` (a ``Piecewise`` in :data:`Y`) overrides the derivation, for generators whose
     conjugate sympy cannot solve but which is known and checked elsewhere (``tv``: proofs/).
-    ``timeout`` (seconds, None for none) bounds the whole analysis (see the module docstring);
-    :class:`SymbolicTimeoutError` when it runs out.
+    ``timeout`` (seconds, None for none) bounds the whole analysis (see the module docstring):
+    :class:`SymbolicTimeoutError` when it runs out. The answer does not depend on it, nor on the
+    machine's speed or load: it is the answer or a refusal.
     """
     if not isinstance(t, sp.Symbol) or t.is_positive is not True:
         raise ValueError("t must be a sympy Symbol declared positive, e.g. sympy.Symbol('t', positive=True)")
-    f = sp.sympify(f_expr)
+    try:
+        f = sp.sympify(f_expr)
+    except (sp.SympifyError, TypeError, ValueError) as exc:
+        raise ValueError(f"f must be a sympy expression in t, got {f_expr!r}: {exc}") from None
+    if not isinstance(f, sp.Expr):
+        raise ValueError(f"f must be a sympy expression in t, got {type(f).__name__} {f}")
     extra = f.free_symbols - {t}
     if extra:
         raise ValueError(f"f has free symbols other than t: {sorted(map(str, extra))}")
     if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         timeout = float(timeout)
         if not timeout > 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-    budget = _Budget(timeout)
+    # Float literals are read as the decimals they print as (0.5 → 1/2, 1e-12 → 1/10**12): sympy then
+    # decides signs exactly where it would round the float at 15 digits.
+    f = _rational(f)
+    conjugate_expr = None if conjugate_expr is None else _rational(sp.sympify(conjugate_expr))
+    key = (sp.srepr(f), sp.srepr(t), None if conjugate_expr is None else sp.srepr(conjugate_expr))
+    with _FACTS_LOCK:
+        facts = _FACTS.get(key)
+    if facts is None:
+        facts = _in_analysis_process((f, t, conjugate_expr), timeout)
+        with _FACTS_LOCK:
+            _FACTS[key] = facts
+    if facts["notes"]:
+        warnings.warn(f"for f = {f}: " + "; ".join(facts["notes"]), NumericCheckWarning, stacklevel=3)
+    return _compile(facts)
+
+
+def _rational(e):
+    """``e`` with each Float replaced by the decimal it prints as, the rest of it untouched."""
+    return e.xreplace({x: sp.nsimplify(x, rational=True) for x in e.atoms(sp.Float)})
+
+
+def _derive(f, t, conjugate_expr, report=None) -> dict:
+    """The analysis proper, as plain data (sympy expressions and floats); run by :func:`_serve`."""
+    progress = _Progress(report)
     try:
-        ok, info = _bounded(timeout, _analyse, f, t, conjugate_expr, budget)
-    except _Expired:  # an expiry delivered in the instant the limits were being unwound
-        ok, info = False, None
+        facts = _analyse(f, t, conjugate_expr, progress)
     except ValueError:
         raise
     except Exception as exc:  # sympy's internal errors outside the steps that fall back
-        raise ValueError(f"could not analyse f = {f} (while {budget.stage}): {type(exc).__name__}: {exc}") from exc
-    finally:
-        _reset_if_stale()
-    if not ok:
-        raise SymbolicTimeoutError(
-            f"f = {f} was neither accepted nor refused within the time limit of {timeout:g} s "
-            f"(it was {budget.stage}); pass a larger timeout= to wait longer"
-        )
-    if budget.notes:
-        warnings.warn(f"for f = {f}: " + "; ".join(budget.notes), NumericCheckWarning, stacklevel=3)
-    return info
+        raise ValueError(f"could not analyse f = {f} (while {progress.stage}): {type(exc).__name__}: {exc}") from exc
+    facts["notes"] = tuple(progress.notes)
+    return facts
 
 
-def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
-    budget.stage = "checking f(1) = 0"
-    _check_at_one(f, t, budget)
-    budget.stage = "splitting f into smooth pieces"
-    pieces = _sym(budget, _pieces, f, t)
-    budget.stage = "locating kinks and singularities"
+def _analyse(f, t, conjugate_expr, progress) -> dict:
+    progress.stage = "checking f(1) = 0"
+    _check_at_one(f, t, progress)
+    progress.stage = "splitting f into smooth pieces"
+    pieces = _try(_pieces, f, t)
+    progress.stage = "locating kinks and singularities"
     if pieces is not None:
         points = sorted({float(p[1]) for p in pieces[1:]})
         if not f.has(*_NONSMOOTH):
-            points = sorted(set(points) | set(_special_points(f, t, budget)))
+            points = sorted(set(points) | set(_special_points(f, t, progress)))
     else:
-        points = _special_points(f, t, budget)
+        points = _special_points(f, t, progress)
     try:
         f_raw = _lambdify(f, t)
     except Exception as exc:
         raise ValueError(f"f = {f} cannot be evaluated numerically: {exc}") from None
-    budget.stage = "checking that f is finite and real on (0, ∞)"
+    progress.stage = "checking that f is finite and real on (0, ∞)"
     grid = _grid(points)
     with np.errstate(all="ignore"):
         vals = f_raw(grid)
-    ok = _finite_mask(f, t, grid, vals, budget)
+    ok = _finite_mask(f, t, grid, vals, progress)
 
-    budget.stage = "differentiating f"
+    progress.stage = "differentiating f"
     fp = sp.diff(f, t)
     f2_raw = sp.diff(fp, t)
     f2_ae = _off_kinks(f2_raw)
-    budget.stage = "looking for a point where f is not convex"
-    problem = _refute_convexity(f, t, f2_ae, grid, vals, ok, budget)
+    progress.stage = "looking for a point where f is not convex"
+    problem = _refute_convexity(f, t, f2_ae, grid, vals, ok, progress)
     if problem is not None:
         raise ValueError(f"f is not convex on (0, ∞): {problem}")
-    budget.stage = "proving convexity (f'' ≥ 0 on every smooth piece, slopes increasing at every kink)"
-    verdict = None if pieces is None else _sym(budget, _prove_convex, f, t, pieces)
+    progress.stage = "proving convexity (f'' ≥ 0 on every smooth piece, slopes increasing at every kink)"
+    verdict = None if pieces is None else _try(_prove_convex, f, t, pieces)
     if isinstance(verdict, str):
         raise ValueError(f"f is not convex on (0, ∞): {verdict}")
     check = "symbolic" if verdict is True else "numeric"
     if check == "numeric":
-        budget.notes.append(
+        progress.notes.append(
             "convexity was checked numerically over (0, ∞) on a grid from 1e-300 to 1e300 and around every "
             "kink and singularity (sympy could not decide f'' ≥ 0)"
         )
 
     first = pieces[0][0] if pieces else f
     last = pieces[-1][0] if pieces else f
-    f0 = _limit(budget, "f(0+)", first, t, 0, "+")
-    f_inf = _limit(budget, "f∞ = lim f(t)/t", last / t, t, sp.oo, "-")
-    f_at_inf = _limit(budget, "lim f(t) at ∞", last, t, sp.oo, "-")
-    fprime0 = _limit(budget, "f'(0+)", sp.diff(first, t), t, 0, "+")
+    f0 = _limit(progress, "f(0+)", first, t, 0, "+")
+    f_inf = _limit(progress, "f∞ = lim f(t)/t", last / t, t, sp.oo, "-")
+    f_at_inf = _limit(progress, "lim f(t) at ∞", last, t, sp.oo, "-")
+    fprime0 = _limit(progress, "f'(0+)", sp.diff(first, t), t, 0, "+")
 
-    budget.stage = "taking the one-sided derivatives at 1"
+    progress.stage = "taking the one-sided derivatives at 1"
     e_left, e_right, interior = _at_one(pieces, t) if pieces else (None, None, False)
 
     def derivative_at_1(e):
         return _float(_side(sp.diff(e, t), t, sp.Integer(1), "+"))
 
-    left = _sym(budget, derivative_at_1, e_left) if e_left is not None else None
-    right = _sym(budget, derivative_at_1, e_right) if e_right is not None else None
+    left = _try(derivative_at_1, e_left) if e_left is not None else None
+    right = _try(derivative_at_1, e_right) if e_right is not None else None
     left = _one_sided(f, t, "-") if left is None else left
     right = _one_sided(f, t, "+") if right is None else right
     tilt = 0.5 * (left + right)
@@ -907,10 +780,10 @@ def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
             raise ValueError(f"f is not convex on (0, ∞): {what}")
     smooth_at_1 = abs(left - right) <= 1e-12 * (1 + abs(left))
 
-    budget.stage = "computing f''(1) and the Taylor series at 1"
+    progress.stage = "computing f''(1) and the Taylor series at 1"
     f2_at_1, series = float("nan"), ()
     if smooth_at_1 and e_left is not None and e_left is e_right:
-        d2 = _sym(budget, lambda: _float(_side(sp.diff(e_left, t, 2), t, sp.Integer(1), "+")))
+        d2 = _try(lambda: _float(_side(sp.diff(e_left, t, 2), t, sp.Integer(1), "+")))
         f2_at_1 = float("nan") if d2 is None else d2
         if interior:
 
@@ -921,23 +794,52 @@ def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
                     d = sp.diff(d, t)
                 return tuple(coeffs) if all(np.isfinite(coeffs)) else ()
 
-            series = _sym(budget, taylor) or ()
+            series = _try(taylor) or ()
     elif smooth_at_1 and e_left is not None:  # a kink of f'' at 1 at most: f''(1) where both sides agree
-        sides = [_sym(budget, lambda e=e: _float(_side(sp.diff(e, t, 2), t, sp.Integer(1), "+"))) for e in (e_left, e_right)]
+        sides = [_try(lambda e=e: _float(_side(sp.diff(e, t, 2), t, sp.Integer(1), "+"))) for e in (e_left, e_right)]
         if None not in sides and sides[0] == sides[1]:
             f2_at_1 = sides[0]
     elif smooth_at_1:
-        v = _num(_hp, _off_kinks(f2_raw), t, sp.Integer(1))
+        v = _try(_hp, _off_kinks(f2_raw), t, sp.Integer(1))
         f2_at_1 = float("nan") if v is None else float(v)
 
-    budget.stage = "simplifying f''"
-    f2 = _sym(budget, sp.simplify, f2_raw)
+    progress.stage = "simplifying f''"
+    f2 = _try(sp.simplify, f2_raw)
     f2 = f2_raw if f2 is None else f2
+
+    progress.stage = "solving f'(t) = y for the conjugate"
+    if conjugate_expr is not None:
+        conj_expr, inverse = conjugate_expr, None
+        end = _float(conjugate_expr.subs(Y, sp.nsimplify(f_inf))) if np.isfinite(f_inf) else float("inf")
+    else:
+        found = None
+        if pieces is not None and len(pieces) == 1:
+            found = _try(_conjugate, f, fp, t, f0, fprime0, f_inf)
+        conj_expr, end, inverse = found if found is not None else (None, None, None)
+        end = float("inf") if end is None else end
+        if conj_expr is None and pieces is not None and len(pieces) == 1:
+            # (A generator with kinks has no closed-form attempt: conjugate_method says "numeric".)
+            progress.notes.append("f* and (f')^-1 are computed by bisection on f' (sympy did not solve f'(t) = y)")
+    progress.stage = "compiling"
+    return dict(
+        expr=f, t=t, fprime_expr=fp, fsecond_expr=f2, f0=f0, f_inf=f_inf, f_at_inf=f_at_inf, fprime0=fprime0,
+        f2_at_1=f2_at_1, tilt=tilt, convexity_check=check, conjugate_expr=conj_expr, conjugate_at_end=end,
+        fprime_inv_expr=inverse, series=series,
+    )
+
+
+def _compile(facts) -> SymbolicInfo:
+    """:class:`SymbolicInfo` from the derived facts: the numeric callables, built in the caller."""
+    f, t, fp, f2 = facts["expr"], facts["t"], facts["fprime_expr"], facts["fsecond_expr"]
+    f0, f_inf, f_at_inf, fprime0 = facts["f0"], facts["f_inf"], facts["f_at_inf"], facts["fprime0"]
+    tilt, series, end = facts["tilt"], facts["series"], facts["conjugate_at_end"]
+    conj_expr, inverse = facts["conjugate_expr"], facts["fprime_inv_expr"]
     try:
+        f_raw = _lambdify(f, t)
         fprime_num = _endpoints(_lambdify(_off_kinks(fp), t), fprime0, f_inf)
         fsecond_num = _lambdify(_off_kinks(f2), t)
     except Exception as exc:
-        raise ValueError(f"f' of f = {f} cannot be evaluated numerically: {exc}") from None
+        raise ValueError(f"f = {f} or its derivatives cannot be evaluated numerically: {exc}") from None
     f_num = _endpoints(f_raw, f0, f_at_inf)
 
     def f_tilde(x, _f=f_num, _c=tilt, _series=series, _finf=f_inf):
@@ -958,19 +860,7 @@ def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
     def fprime_tilde(x):
         return fprime_num(x) - tilt
 
-    budget.stage = "solving f'(t) = y for the conjugate"
-    if conjugate_expr is not None:
-        conj_expr, inverse = conjugate_expr, None
-        end = _float(conjugate_expr.subs(Y, sp.nsimplify(f_inf))) if np.isfinite(f_inf) else float("inf")
-    else:
-        found = None
-        if pieces is not None and len(pieces) == 1:
-            found = _sym(budget, _conjugate, f, fp, t, f0, fprime0, f_inf)
-        conj_expr, end, inverse = found if found is not None else (None, None, None)
-        end = float("inf") if end is None else end
     domain = (-np.inf, f_inf, bool(np.isfinite(end)))
-
-    budget.stage = "compiling"
     numeric_tilde = numeric_conjugate(f_tilde, fprime_tilde, fprime0 - tilt, f0 + tilt, f_inf - tilt)
     if conj_expr is not None:
         conj_fn = _piecewise_callable(conj_expr, fprime0, f0, f_inf, end)
@@ -998,9 +888,9 @@ def _analyse(f, t, conjugate_expr, budget) -> SymbolicInfo:
 
     return SymbolicInfo(
         expr=f, t=t, fprime_expr=fp, fsecond_expr=f2, f0=f0, f_inf=f_inf, f_at_inf=f_at_inf, fprime0=fprime0,
-        f2_at_1=f2_at_1, tilt=tilt, convexity_check=check, conjugate_expr=conj_expr, conjugate_domain=domain,
-        conjugate_at_end=end, fprime_inv_expr=inverse, f=f_num, fprime=fprime_num, fsecond=fsecond_num,
-        f_tilde=f_tilde, conjugate_tilde=conjugate_tilde, fprime_inv=fprime_inv, series=series,
+        f2_at_1=facts["f2_at_1"], tilt=tilt, convexity_check=facts["convexity_check"], conjugate_expr=conj_expr,
+        conjugate_domain=domain, conjugate_at_end=end, fprime_inv_expr=inverse, f=f_num, fprime=fprime_num,
+        fsecond=fsecond_num, f_tilde=f_tilde, conjugate_tilde=conjugate_tilde, fprime_inv=fprime_inv, series=series,
     )
 
 
@@ -1021,3 +911,160 @@ def _piecewise_callable(conj_expr, fprime0, f0, f_inf, end):
         return out
 
     return call
+
+
+# ---------------------------------------------------------------------------------------------
+# The analysis process (see the module docstring)
+#
+# Protocol on a pair of pipes, each message a length-prefixed pickle. Caller → process: (f, t,
+# conjugate_expr). Process → caller: ("stage", text) as the analysis goes, then ("ok", facts) or
+# ("error", message). The process serves one analysis at a time and is reused; a caller that runs
+# out of time kills it, and the next analysis starts a fresh one.
+
+_FACTS: dict = {}  # derived facts by generator: the analysis is deterministic, so they can be kept
+_FACTS_LOCK = threading.Lock()
+_IDLE: list = []  # analysis processes waiting for work
+_IDLE_LOCK = threading.Lock()
+_START_LIMIT = 120.0  # seconds for a new process to import sympy and say it is ready (not the analysis's)
+
+
+def _send(stream, obj):
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    (size,) = struct.unpack("<Q", head)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+class _Process:
+    """One analysis process, with a thread that reads its messages into a queue."""
+
+    def __init__(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = "import sys; sys.path[:0] = sys.argv[1:]; from mentored.symbolic import _serve; _serve()"
+        # A fixed hash seed: sympy's sets iterate in the same order in every process, so that the
+        # same generator takes the same path (and the same step budgets) every time.
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, root, *[p for p in sys.path if p]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True,
+        )
+        self.messages = queue.Queue()
+        threading.Thread(target=self._read, name="mentored-symbolic-reader", daemon=True).start()
+        kind, _ = self._next(time.monotonic() + _START_LIMIT, "starting")
+        if kind != "ready":
+            raise RuntimeError(f"the sympy analysis process did not start (it said {kind!r})")
+
+    def _read(self):
+        try:
+            while True:
+                self.messages.put(_receive(self.proc.stdout))
+        except Exception:  # EOF or a broken pipe: the process is gone
+            self.proc.stdout.close()
+            self.messages.put(("gone", None))
+
+    def _next(self, deadline, stage):
+        try:
+            return self.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            self.kill()
+            raise _OutOfTime(stage) from None
+
+    def analyse(self, request, timeout):
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        _send(self.proc.stdin, request)
+        stage = "starting"
+        while True:
+            kind, value = self._next(deadline if timeout is not None else time.monotonic() + 1e9, stage)
+            if kind == "stage":
+                stage = value
+            elif kind == "ok":
+                return value
+            elif kind == "error":
+                raise ValueError(value)
+            else:
+                code = self.proc.wait()
+                raise RuntimeError(f"the sympy analysis process ended (exit status {code}) while {stage}")
+
+    def kill(self):
+        try:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+
+class _OutOfTime(Exception):
+    def __init__(self, stage):
+        super().__init__(stage)
+        self.stage = stage
+
+
+def _in_analysis_process(request, timeout) -> dict:
+    """The facts of ``request`` from an analysis process, killed if ``timeout`` passes first."""
+    with _IDLE_LOCK:
+        worker = _IDLE.pop() if _IDLE else None
+    if worker is None:
+        worker = _Process()
+    try:
+        facts = worker.analyse(request, timeout)
+    except _OutOfTime as exc:
+        f = request[0]
+        raise SymbolicTimeoutError(
+            f"f = {f} was neither accepted nor refused within the time limit of {timeout:g} s "
+            f"(it was {exc.stage}); pass a larger timeout= to wait longer"
+        ) from None
+    except ValueError:
+        with _IDLE_LOCK:
+            _IDLE.append(worker)
+        raise
+    with _IDLE_LOCK:
+        _IDLE.append(worker)
+    return facts
+
+
+@atexit.register
+def _stop_idle():
+    with _IDLE_LOCK:
+        while _IDLE:
+            _IDLE.pop().kill()
+
+
+def _serve():
+    """The analysis process's loop: one request at a time from stdin, messages to stdout."""
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    # Whatever sympy or numpy might print must not land in the protocol's stream.
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    warnings.simplefilter("ignore")
+    # Sympy imports much of itself on first use: a first analysis, before the caller's clock starts.
+    t = sp.Symbol("t", positive=True)
+    _derive((t - 1) ** 2 / t, t, None)
+    _send(replies, ("ready", None))
+    while True:
+        try:
+            f, t, conjugate_expr = _receive(requests)
+        except EOFError:
+            return
+        try:
+            reply = ("ok", _derive(f, t, conjugate_expr, report=lambda s: _send(replies, ("stage", s))))
+        except ValueError as exc:
+            reply = ("error", str(exc))
+        except Exception as exc:
+            reply = ("error", f"could not analyse f = {f}: {type(exc).__name__}: {exc}")
+        try:
+            _send(replies, reply)
+        except Exception as exc:  # facts that do not pickle: say so rather than die
+            _send(replies, ("error", f"could not analyse f = {f}: its result could not be returned ({exc})"))

@@ -1,6 +1,6 @@
-"""Adversarial input (issue 18, items 4–7 and 10): every answer exact or refused in time.
+"""Adversarial input: every answer exact or refused in time, and the same on any machine.
 
-The rows and generators of the issue are here as they were reported; each test failed (or hung) on
+The rows and generators are here as they were reported; each test failed (or hung) on
 the code before the fix, as noted per test. Derandomised: fixed rows, fixed seeds.
 """
 
@@ -12,10 +12,12 @@ import math
 import signal
 import subprocess
 import sys
+import re
 import textwrap
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,7 @@ def from_sympy(f, **kw):
 
 
 # ---------------------------------------------------------------------------------------------
-# Items 5 and 6: valid convex generators, refused with sympy's internal errors or never returning.
+# valid convex generators, refused with sympy's internal errors or never returning.
 # Before: TypeError "_eval_nseries() missing ... 'cdir'", ValueError quoting nseries, "Invalid
 # comparison of non-real zoo", "not finite ... at t = 714.496", and three runs killed after 900 s.
 
@@ -110,7 +112,7 @@ def test_generators_that_hung_return_in_time_in_a_fresh_process():
 
 
 # ---------------------------------------------------------------------------------------------
-# Items 6 and 7: non-convex generators refused quickly, naming the property and where.
+# non-convex generators refused quickly, naming the property and where.
 
 
 def test_nonconvex_exp_generator_is_refused_quickly_with_the_place():
@@ -149,13 +151,16 @@ def test_nonconvex_nonsmooth_generators_are_refused(f, where):
 
 
 # ---------------------------------------------------------------------------------------------
-# Item 10: from_sympy((t − 1)**4) leaked a ComplexWarning; f(1) = Float(1e-301) was accepted.
+# from_sympy((t − 1)**4) leaked a ComplexWarning; f(1) = Float(1e-301) was accepted.
 
 
 def test_quartic_leaks_no_complex_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         d = mentored.Divergence.from_sympy((t - 1) ** 4, T)
+    # Only the note that f* is found by bisection (sympy's roots of 4(t − 1)³ = y are not all real).
+    assert [str(w.message) for w in caught if not issubclass(w.category, NumericCheckWarning)] == []
+    assert all("bisection" in str(w.message) for w in caught)
     assert d.convexity_check == "symbolic" and d.f_inf == inf
 
 
@@ -167,106 +172,133 @@ def test_f_at_1_must_be_exactly_zero():
 
 
 # ---------------------------------------------------------------------------------------------
-# The time limit: its mechanism (an alarm in the main thread, a trace hook elsewhere), abandoned
-# steps falling back to numerics, a refusal naming the step, and the process state left as found.
+# The time limit: the analysis runs in a process of its own, killed when the limit passes; nothing
+# in it reads the clock, so the limit refuses and never changes an answer, in any thread.
+
+# Convex (t^n, n ≥ 1), but sympy's exact evaluation of t**(10**7) at a rational point does not end.
+STUCK = t ** 10**7 - 1 - 10**7 * (t - 1)
 
 
-def _forever(*args):
-    while True:
-        time.sleep(0.001)
+def _caller_state():
+    return signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL), sys.getprofile(), sys.gettrace()
 
 
-def _spin(*args):
-    while True:
-        sum(range(10))
-
-
-@pytest.mark.parametrize("stuck", [_forever, _spin])
-def test_a_step_that_never_ends_is_abandoned_for_the_numeric_check(monkeypatch, stuck):
-    monkeypatch.setattr(symbolic, "_prove_convex", stuck)
-    start = time.monotonic()
-    with pytest.warns(NumericCheckWarning, match="numerically"):
-        d = mentored.Divergence.from_sympy((t - 1) ** 2 / (t + 1), T, timeout=2.0)
-    assert time.monotonic() - start <= 2.0 + MARGIN
-    assert d.convexity_check == "numeric" and d.f_inf == 1.0
-
-
-def test_the_whole_limit_refuses_naming_the_step(monkeypatch):
-    monkeypatch.setattr(symbolic, "_check_at_one", _spin)
-    before = (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL), sys.getprofile())
-    start = time.monotonic()
-    with pytest.raises(SymbolicTimeoutError, match=r"time limit of 0.5 s.*checking f\(1\) = 0"):
-        mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=0.5)
-    assert time.monotonic() - start <= 0.5 + MARGIN
-    assert (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL), sys.getprofile()) == before
-    assert issubclass(SymbolicTimeoutError, ValueError)
-
-
-def test_the_limit_holds_in_a_worker_thread(monkeypatch):
-    # No signals outside the main thread: the per-thread profile hook checks the deadline (at C calls
-    # too: _spin calls no Python function).
-    monkeypatch.setattr(symbolic, "_check_at_one", _spin)
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main-thread", "worker-thread"])
+def test_a_generator_stuck_in_sympy_is_refused_in_time_in_any_thread(in_thread):
+    # Before: refused in 5.0 s on the main thread, no answer after 400 s in a worker thread (an exact
+    # rational power inside the package's own check, which no profile hook could interrupt).
     out = {}
 
     def work():
+        before = _caller_state()
         start = time.monotonic()
         try:
-            mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=0.5)
+            mentored.Divergence.from_sympy(STUCK, T, timeout=1.0)
         except SymbolicTimeoutError as exc:
             out["error"] = exc
         out["wall"] = time.monotonic() - start
-        out["profile"] = sys.getprofile()
+        out["state"] = (before, _caller_state())
 
-    th = threading.Thread(target=work, daemon=True)
-    th.start()
-    th.join(30)
-    assert not th.is_alive()
+    if in_thread:
+        th = threading.Thread(target=work, daemon=True)
+        th.start()
+        th.join(60)
+        assert not th.is_alive()
+    else:
+        work()
     assert isinstance(out.get("error"), SymbolicTimeoutError)
-    assert out["wall"] <= 0.5 + MARGIN and out["profile"] is None
+    assert re.search(r"time limit of 1 s \(it was checking that f is finite", str(out["error"]))
+    assert out["wall"] <= 1.0 + MARGIN + symbolic._START_LIMIT  # the limit, and a fresh process's start
+    before, after = out["state"]
+    assert before == after  # no handler, timer or hook was set in the caller
+    # The next analysis gets a fresh process and its answer.
+    assert from_sympy((t - 1) ** 2).convexity_check == "symbolic"
 
 
-def _collecting_forever(*args):
-    while True:
-        gc.collect()
-        end = time.monotonic() + 0.005
-        while time.monotonic() < end:
-            pass
-
-
-@pytest.mark.parametrize("in_thread", [False, True], ids=["alarm", "profile-hook"])
-def test_an_expiry_is_never_raised_inside_a_gc_callback(monkeypatch, in_thread):
-    # Found when a hypothesis run had left its gc callback installed: a tick landed in it, and the
-    # expiry was printed as an ignored exception (an error under pytest) instead of ending the step.
-    # Here a callback that runs 15 ms per collection, in a step that collects every 5 ms: most ticks
-    # land in the callback, and none may be raised there.
+def test_no_internal_exception_reaches_the_callers_code(monkeypatch):
+    # Before: the timer's internal exception was raised into whatever frame ran when it fired, a
+    # weakref.finalize callback or a gc callback among them (printed as ignored; an error under
+    # pytest). Here a gc callback that is slow and collections that are frequent, while an analysis
+    # is refused for time and another succeeds: nothing unraisable, no signal, no hook.
     def slow_callback(phase, info):
-        end = time.monotonic() + 0.015
+        end = time.monotonic() + 0.002
         while time.monotonic() < end:
             pass
 
     ignored = []
     monkeypatch.setattr(sys, "unraisablehook", ignored.append)
-    monkeypatch.setattr(symbolic, "_check_at_one", _collecting_forever)
-    out = {}
-
-    def work():
-        try:
-            mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=0.5)
-        except SymbolicTimeoutError as exc:
-            out["error"] = exc
-
+    monkeypatch.setattr(symbolic, "_FACTS", {})
+    finalized = []
     gc.callbacks.append(slow_callback)
+    before = _caller_state()
     try:
-        if in_thread:
-            th = threading.Thread(target=work, daemon=True)
-            th.start()
-            th.join(30)
-        else:
-            work()
+        for k in range(200):  # garbage with finalizers, collected while the caller waits
+            weakref.finalize(type("Garbage", (), {})(), finalized.append, k)
+        with pytest.raises(SymbolicTimeoutError):
+            mentored.Divergence.from_sympy(STUCK, T, timeout=0.5)
+        assert mentored.Divergence.from_sympy((t - 1) ** 2 / (t + 1), T, timeout=None).convexity_check == "symbolic"
+        gc.collect()
     finally:
         gc.callbacks.remove(slow_callback)
-    assert isinstance(out.get("error"), SymbolicTimeoutError)
-    assert ignored == []
+    assert ignored == [] and _caller_state() == before
+    assert sorted(finalized) == list(range(200))
+
+
+def _facts(d):
+    info = d.symbolic
+    return (
+        info.expr, info.fprime_expr, info.fsecond_expr, info.conjugate_expr, info.fprime_inv_expr, info.convexity_check,
+        info.f0, info.f_inf, info.f_at_inf, info.fprime0, info.f2_at_1, info.tilt, info.conjugate_at_end, info.series,
+    )
+
+
+def test_the_same_generator_gives_the_same_divergence_idle_and_busy(monkeypatch):
+    # Before: the README's triangular generator had conjugate_expr None at load ≈ 6 (3/3, no warning)
+    # and its closed form at load 2.4: each symbolic step had a share of the clock. Here the analysis
+    # runs in a fresh process each time, once on a quiet machine and once with three processes
+    # spinning on the two cores.
+    def fresh_analysis():
+        monkeypatch.setattr(symbolic, "_FACTS", {})  # nothing remembered from an earlier analysis
+        symbolic._stop_idle()  # and a new analysis process, cold
+        return _facts(mentored.Divergence.from_sympy((t - 1) ** 2 / (t + 1), T, name="triangular"))
+
+    idle = fresh_analysis()
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        busy = fresh_analysis()
+    finally:
+        for s in spin:
+            s.kill()
+            s.wait()
+    assert idle[3] is not None and idle[3] == busy[3]  # the conjugate's closed form, both times
+    assert idle == busy
+
+
+FLOAT_LITERALS = {
+    # float literal form: its integer-literal twin. Before: each refused, "the slope of f decreases
+    # near t = 0.5" (sympy evaluated the float coefficients at 15 digits while confirming at 40).
+    "0.5*Abs(t - 1)": (sp.Float(0.5) * sp.Abs(t - 1), sp.Abs(t - 1) / 2),
+    "(t - 1.0)**2/t": ((t - sp.Float(1.0)) ** 2 / t, (t - 1) ** 2 / t),
+    "(t - 1)**2/(t + 1.0)": ((t - 1) ** 2 / (t + sp.Float(1.0)), (t - 1) ** 2 / (t + 1)),
+    "t**2.0 - 1 - 2.0*(t - 1)": (t ** sp.Float(2.0) - 1 - sp.Float(2.0) * (t - 1), t**2 - 1 - 2 * (t - 1)),
+    "js with 0.5*": (
+        sp.Float(0.5) * (t * sp.log(2 * t / (1 + t)) + sp.log(2 / (1 + t))),
+        (t * sp.log(2 * t / (1 + t)) + sp.log(2 / (1 + t))) / 2,
+    ),
+    "(t - 1)**2/(t + 1e-12)": ((t - 1) ** 2 / (t + sp.Float(1e-12)), (t - 1) ** 2 / (t + sp.Rational(1, 10**12))),
+}
+
+
+@pytest.mark.parametrize("key", list(FLOAT_LITERALS))
+def test_float_literals_are_read_as_their_decimals(key):
+    f, twin = FLOAT_LITERALS[key]
+    d, e = from_sympy(f), from_sympy(twin)
+    assert d.convexity_check == e.convexity_check == "symbolic"
+    assert sp.simplify(d.symbolic.expr - e.symbolic.expr) == 0
+    assert _facts(d)[1:] == _facts(e)[1:]
+    x = np.array([1e-6, 0.3, 1.0, 2.5, 1e6])
+    assert np.array_equal(d.f(x), e.f(x))
 
 
 def test_a_real_analysis_in_a_worker_thread():
@@ -285,11 +317,21 @@ def test_a_real_analysis_in_a_worker_thread():
     assert out["e"].convexity_check == "numeric"
 
 
+def test_a_derivation_that_gives_up_says_so():
+    # sympy cannot solve f'(t) = log t + 1 − 1/t = y (a Lambert W): f* by bisection, and a warning.
+    with pytest.warns(NumericCheckWarning, match=r"f\* and \(f'\)\^-1 are computed by bisection.*did not solve"):
+        d = mentored.Divergence.from_sympy((t - 1) * sp.log(t), T)
+    assert d.symbolic.conjugate_expr is None and d.symbolic.conjugate_method == "numeric"
+    with pytest.warns(NumericCheckWarning, match="bisection"):  # every time: the facts are kept, and so is what they say
+        mentored.Divergence.from_sympy((t - 1) * sp.log(t), T)
+
+
 def test_timeout_none_and_bad_timeouts():
     d = mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=None)
     assert d.convexity_check == "symbolic"
-    with pytest.raises(ValueError, match="timeout"):
-        mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=0)
+    for bad in (0, -1.0, math.nan, True, "5"):
+        with pytest.raises(ValueError, match="timeout"):
+            mentored.Divergence.from_sympy((t - 1) ** 2, T, timeout=bad)
 
 
 def _fuzz_module():
@@ -316,7 +358,7 @@ def test_a_slice_of_the_fuzz_returns_or_refuses_in_time():
 
 
 # ---------------------------------------------------------------------------------------------
-# Item 4: solve(check=True) raising on correct answers.
+# solve(check=True) raising on correct answers.
 
 
 def test_check_accepts_the_lossless_optimum_at_budget_zero():
@@ -327,7 +369,7 @@ def test_check_accepts_the_lossless_optimum_at_budget_zero():
 
 
 def test_check_at_budget_zero_on_small_rows_for_every_divergence():
-    # The issue's sweep (85 small rows at ε = 0) raised for kl 48 times, reverse_kl 49, js 51,
+    # A sweep (85 small rows at ε = 0) raised for kl 48 times, reverse_kl 49, js 51,
     # hellinger 3, neyman_chi2 3. Warnings are errors in this suite: none may occur either.
     rng = np.random.default_rng(85)
     for _ in range(12):
@@ -423,7 +465,7 @@ def test_check_states_why_the_oracle_is_skipped_for_a_generator_it_cannot_state(
 
 
 # ---------------------------------------------------------------------------------------------
-# Item 10 and the certificate: λ = ∞, μ = NaN at budget 0; ε = ∞; ratios past DBL_MAX.
+# λ = ∞, μ = NaN at budget 0; ε = ∞; ratios past DBL_MAX.
 
 
 def test_certify_exact_takes_the_solvers_dual_at_budget_zero():
