@@ -21,9 +21,9 @@ pair of models sharing a vocabulary works; nothing is downloaded.
   exact for models whose cached keys and values carry their positions (GPT-2's learned positions,
   Llama's rotary embedding), i.e. the usual decoder-only models; sliding-window caches are refused.
   ``use_cache=False`` recomputes every prefix and gives the same tokens for the same seed.
-* Statistics per row (:class:`GenerateStats`): acceptance per draft position, accepted drafts per
-  target pass, target passes per token; wall time split between drafter, target, verification and
-  cache bookkeeping.
+* Statistics per row (:class:`GenerateStats`), counting the tokens returned: acceptance per draft
+  position, accepted drafts per target pass, target passes per token; wall time split between
+  drafter, target, verification and cache bookkeeping.
 
 :func:`load_pair` loads the character-level transformer pair shipped in ``mentored/models``
 (trained by ``python -m mentored.train``; docs/neural.md), after checking its SHA-256 checksums.
@@ -487,6 +487,10 @@ def generate(
     stats : :class:`GenerateStats`
         Pooled counts (``acceptance``, ``mean_accepted``, ``passes_per_token``...), ``stats.rows[b]``
         per row, and ``stats.seconds`` (drafter / target / verification / cache / total wall time).
+        They count the tokens returned: ``stats.rows[b].emitted`` is row ``b``'s number of new
+        tokens. A round cut short by ``max_new_tokens`` or ``eos_token_id`` inside its accepted
+        drafts counts the drafts it kept as verified and accepted, and the drafts past the cut as
+        neither (they were drafted: ``drafted`` is ``k`` per round).
 
     Notes
     -----
@@ -591,9 +595,8 @@ def generate(
             if eos_token_id is not None and bool((new == eos_token_id).any()):
                 new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
                 done = True
-            tallies[b].step(n_acc, int(new.numel()))
-            room = max_new_tokens - len(out[b])
-            emit = new[:room]
+            emit = new[: max_new_tokens - len(out[b])]
+            tallies[b].step(n_acc, int(emit.numel()))  # counts only what is returned
             out[b].extend(emit.tolist())
             seqs[b] = torch.cat([seqs[b], emit])
             if streamer is not None:
