@@ -127,7 +127,7 @@ def verify_checksums(directory=None) -> dict:
     for name, digest in listed.items():
         path = directory / name
         if not path.is_file():
-            raise ValueError(f"{path} is listed in SHA256SUMS but missing")
+            raise ValueError(f"{path} is listed in SHA256SUMS but {'not a file' if path.exists() else 'missing'}")
         actual = _sha256(path)
         if actual != digest:
             raise ValueError(f"checksum mismatch for {path}: {actual} != {digest} (SHA256SUMS)")

@@ -152,7 +152,8 @@ def config_from_env(environ=None) -> MentoredConfig | None:
     """The plugin's configuration from ``MENTORED_*`` variables, or None where the user set none.
 
     ``MENTORED_CONFIG`` (a JSON or TOML file) takes precedence; otherwise both ``MENTORED_DIVERGENCE``
-    and ``MENTORED_BUDGET`` must be set (one without the other is an error, not a silent default).
+    and ``MENTORED_BUDGET`` must be set (one without the other, or ``MENTORED_ZEROS`` alone, is an
+    error, not a silent default).
     The budget is a number ≥ 0 or ``inf`` (no bound); a boolean, NaN, or a literal that overflows a
     float (``1e400``) is refused. Every error names the variable, or the file and the key.
     """
@@ -168,6 +169,8 @@ def config_from_env(environ=None) -> MentoredConfig | None:
         return _config(data, lambda key: f"{path}, key {key!r}")
     div, budget = env.get("MENTORED_DIVERGENCE"), env.get("MENTORED_BUDGET")
     if div is None and budget is None:
+        if "MENTORED_ZEROS" in env:
+            raise ValueError("MENTORED_ZEROS is set without MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG): set them to enable mentored verification")
         return None
     if div is None or budget is None:
         raise ValueError("set both MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG) to enable mentored verification")

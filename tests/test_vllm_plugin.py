@@ -113,6 +113,8 @@ def test_upper_case_toml_and_a_byte_order_mark(tmp_path):
 
 
 def test_every_error_names_its_source(tmp_path):
+    with pytest.raises(ValueError, match="MENTORED_ZEROS is set without"):
+        vp.config_from_env({"MENTORED_ZEROS": "continue"})
     with pytest.raises(ValueError, match="MENTORED_DIVERGENCE='no_such': unknown divergence"):
         vp.config_from_env({"MENTORED_DIVERGENCE": "no_such", "MENTORED_BUDGET": "0.1"})
     with pytest.raises(ValueError, match="MENTORED_ZEROS='drop': zeros must be"):
