@@ -31,7 +31,10 @@ class DecodeStats:
     per_position : ndarray (k,)
         Acceptance rate at draft position j among steps that reached j.
     emitted : int
-        Tokens emitted before truncation to ``new_tokens`` (the last step may overshoot).
+        Tokens the steps emitted: :func:`mentored.hf.generate` counts exactly the tokens it returns
+        (a last step cut short counts only its kept drafts, see :meth:`Tally.step`);
+        :func:`mentored.textlm.speculative_decode` counts its last step in full, before truncation
+        to ``new_tokens``.
     verified : int
         Drafts that met the acceptance test (up to and including the first rejection).
     """
@@ -72,11 +75,18 @@ class Tally:
 
     def step(self, accepted: int, emitted: int) -> None:
         """One step: ``accepted`` drafts accepted (0..k, the first rejection ends them), ``emitted``
-        tokens kept (``accepted + 1``, fewer where the sequence ended inside the step)."""
+        tokens kept (``accepted + 1``, fewer where the sequence ended inside the step).
+
+        A step cut after ``emitted <= accepted`` tokens (all of them accepted drafts) counts only
+        those: ``emitted`` drafts verified and accepted, the drafts past the cut neither, so that
+        the counts describe the tokens kept (``accepted <= emitted <= accepted + steps``)."""
+        verified = min(accepted + 1, self.k)
+        if emitted <= accepted:
+            accepted = verified = emitted
         self.steps += 1
         self.drafted += self.k
         self.accepted += accepted
-        self.reached[: min(accepted + 1, self.k)] += 1
+        self.reached[:verified] += 1
         self.kept[:accepted] += 1
         self.emitted += emitted
 

@@ -21,9 +21,9 @@ pair of models sharing a vocabulary works; nothing is downloaded.
   exact for models whose cached keys and values carry their positions (GPT-2's learned positions,
   Llama's rotary embedding), i.e. the usual decoder-only models; sliding-window caches are refused.
   ``use_cache=False`` recomputes every prefix and gives the same tokens for the same seed.
-* Statistics per row (:class:`GenerateStats`): acceptance per draft position, accepted drafts per
-  target pass, target passes per token; wall time split between drafter, target, verification and
-  cache bookkeeping.
+* Statistics per row (:class:`GenerateStats`), counting the tokens returned: acceptance per draft
+  position, accepted drafts per target pass, target passes per token; wall time split between
+  drafter, target, verification and cache bookkeeping.
 
 :func:`load_pair` loads the character-level transformer pair shipped in ``mentored/models``
 (trained by ``python -m mentored.train``; docs/neural.md), after checking its SHA-256 checksums.
@@ -36,9 +36,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import posixpath
+import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 try:
     import torch
@@ -67,29 +69,69 @@ class Pair:
     results: dict  # training results: sizes, FLOPs per token, held-out bits per character
 
 
+# A line as sha256sum writes it: 64 hex digits (either case), then "  name" (text mode) or " *name" (binary).
+_SUM_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](.+)")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def verify_checksums(directory=None) -> dict:
-    """Check every file listed in ``SHA256SUMS`` under ``directory`` (default: the package's
-    ``mentored/models``); return ``{path: sha256}``, raise ``ValueError`` on a mismatch or a missing file."""
+    """Check the files under ``directory`` (default: the package's ``mentored/models``) against its
+    ``SHA256SUMS``; return ``{name: sha256}``.
+
+    ``SHA256SUMS`` is read as ``sha256sum`` writes it (``<digest>  <name>`` or ``<digest> *<name>``,
+    digests in either case). Every file in the folder but ``SHA256SUMS`` itself must have exactly one
+    line, and every line must name a file inside the folder that exists and has that digest: a
+    missing or empty ``SHA256SUMS`` raises ``FileNotFoundError`` or ``ValueError``; a malformed or
+    repeated line, a name outside the folder (absolute, ``..``, or through a link), a missing file,
+    an unlisted file and a mismatch raise ``ValueError`` naming the line or the file.
+    """
     directory = Path(directory) if directory is not None else MODELS_DIR
     sums = directory / "SHA256SUMS"
     if not sums.is_file():
         raise FileNotFoundError(f"no SHA256SUMS in {directory}: the shipped models are missing (retrain: python -m mentored.train)")
-    out = {}
-    for line in sums.read_text().splitlines():
+    root = directory.resolve()
+    listed = {}
+    try:
+        text = sums.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{sums} is not UTF-8 text (byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        digest, name = line.split(maxsplit=1)
-        path = directory / name.strip()
+        match = _SUM_LINE.fullmatch(line)
+        if match is None:
+            raise ValueError(f"{sums}, line {number}: expected '<64 hex digits>  <name>' or '<64 hex digits> *<name>', got {line!r}")
+        digest, name = match[1].lower(), match[2]
+        relative = PurePosixPath(posixpath.normpath(name))
+        if relative.is_absolute() or relative.parts[:1] == ("..",) or not (root / relative).resolve().is_relative_to(root):
+            raise ValueError(f"{sums}, line {number}: {name!r} lies outside {directory}")
+        key = relative.as_posix()
+        if key in listed:
+            raise ValueError(f"{sums}, line {number}: {name!r} is listed twice")
+        if key == "SHA256SUMS":
+            raise ValueError(f"{sums}, line {number}: SHA256SUMS cannot hold its own checksum")
+        listed[key] = digest
+    if not listed:
+        raise ValueError(f"{sums} lists no files: every file in {directory} needs a checksum")
+    present = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir()} - {"SHA256SUMS"}
+    unlisted = sorted(present - set(listed))
+    if unlisted:
+        raise ValueError(f"not listed in {sums}: {', '.join(unlisted)} (every file in {directory} needs a checksum)")
+    for name, digest in listed.items():
+        path = directory / name
         if not path.is_file():
-            raise ValueError(f"{path} is listed in SHA256SUMS but missing")
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        if h.hexdigest() != digest:
-            raise ValueError(f"checksum mismatch for {path}: {h.hexdigest()} != {digest} (SHA256SUMS)")
-        out[name.strip()] = digest
-    return out
+            raise ValueError(f"{path} is listed in SHA256SUMS but {'not a file' if path.exists() else 'missing'}")
+        actual = _sha256(path)
+        if actual != digest:
+            raise ValueError(f"checksum mismatch for {path}: {actual} != {digest} (SHA256SUMS)")
+    return listed
 
 
 def load_pair(directory=None, *, dtype=None, verify: bool = True) -> Pair:
@@ -445,6 +487,10 @@ def generate(
     stats : :class:`GenerateStats`
         Pooled counts (``acceptance``, ``mean_accepted``, ``passes_per_token``...), ``stats.rows[b]``
         per row, and ``stats.seconds`` (drafter / target / verification / cache / total wall time).
+        They count the tokens returned: ``stats.rows[b].emitted`` is row ``b``'s number of new
+        tokens. A round cut short by ``max_new_tokens`` or ``eos_token_id`` inside its accepted
+        drafts counts the drafts it kept as verified and accepted, and the drafts past the cut as
+        neither (they were drafted: ``drafted`` is ``k`` per round).
 
     Notes
     -----
@@ -549,9 +595,8 @@ def generate(
             if eos_token_id is not None and bool((new == eos_token_id).any()):
                 new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
                 done = True
-            tallies[b].step(n_acc, int(new.numel()))
-            room = max_new_tokens - len(out[b])
-            emit = new[:room]
+            emit = new[: max_new_tokens - len(out[b])]
+            tallies[b].step(n_acc, int(emit.numel()))  # counts only what is returned
             out[b].extend(emit.tolist())
             seqs[b] = torch.cat([seqs[b], emit])
             if streamer is not None:

@@ -204,7 +204,7 @@ def assemble(out: Path, extra: dict) -> dict:
     for name in ("target", "drafter"):
         (out / name / "curve.csv").unlink()
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    files = sorted(p for p in out.rglob("*") if p.is_file() and (p.suffix == ".safetensors" or p.name in ("config.json", "vocab.json")))
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.relative_to(out).as_posix() != "SHA256SUMS")  # every file: load_pair refuses an unlisted one
     (out / "SHA256SUMS").write_text("".join(f"{_sha256(p)}  {p.relative_to(out).as_posix()}\n" for p in files))
     return results
 

@@ -6,8 +6,11 @@ Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentore
 
 - ``MENTORED_DIVERGENCE`` and ``MENTORED_BUDGET`` (e.g. ``kl`` and ``0.1``), optionally
   ``MENTORED_ZEROS`` (``keep``, the default, or ``continue``); or
-- ``MENTORED_CONFIG``: the path of a JSON or TOML file with the keys ``divergence``, ``budget`` and
-  optionally ``zeros``.
+- ``MENTORED_CONFIG``: the path of a JSON or TOML file (``.toml`` in any case; UTF-8, a byte-order
+  mark allowed) with the keys ``divergence``, ``budget`` and optionally ``zeros``.
+
+The budget is a number ≥ 0 or ``inf`` (no bound), as for every entry point; ``true``, NaN and literals
+that overflow a float (``1e400``) are refused, and every error names the variable, or the file and key.
 
 With neither, :func:`register` does nothing and vLLM verifies losslessly as before.
 
@@ -31,8 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import numbers
 import os
 import sys
+from decimal import Decimal, InvalidOperation
 
 import torch
 import torch.nn as nn
@@ -48,57 +54,130 @@ logger = logging.getLogger(__name__)
 _GREEDY_BELOW = 1e-5
 
 
+def _budget(value) -> float:
+    """A budget ε as written in a variable or a file: a number ≥ 0, or an explicit ``inf`` (no bound, as
+    everywhere in mentored). Booleans, NaN and finite literals too large for a float are refused."""
+    shown = repr(value) if isinstance(value, str) else str(value)
+    if isinstance(value, bool) or not isinstance(value, (str, Decimal, numbers.Real)):  # true in TOML and JSON is not 1
+        raise TypeError(f"budget must be a number, got {shown}")
+    if isinstance(value, (str, Decimal)):
+        try:
+            exact = Decimal(value.strip() if isinstance(value, str) else value)
+        except InvalidOperation:
+            raise ValueError(f"budget must be a number, got {shown}") from None
+    else:
+        exact = Decimal(int(value)) if isinstance(value, numbers.Integral) else Decimal(float(value))
+    if exact.is_nan():
+        raise ValueError(f"budget must be a number, got {shown}")
+    budget = float(exact)
+    if math.isinf(budget) and exact.is_finite():
+        raise ValueError(f"budget {shown} overflows a float to inf (write inf for no bound)")
+    if not budget >= 0:
+        raise ValueError(f"budget must be nonnegative (inf allowed), got {shown}")
+    return budget
+
+
+def _divergence(value):
+    """A divergence name (or a ``Divergence``), checked: unknown names fail here, at startup."""
+    from .divergences import divergence
+
+    return divergence(value).name if isinstance(value, str) else divergence(value)
+
+
+def _zeros(value) -> str:
+    from ._validate import _check_zeros
+
+    return _check_zeros(value)
+
+
+_CHECKS = dict(divergence=_divergence, budget=_budget, zeros=_zeros)
+
+
 class MentoredConfig:
     """Divergence, budget and zeros mode of the plugin (one for every request)."""
 
     def __init__(self, divergence="kl", budget=0.0, zeros="keep"):
-        from .divergences import divergence as _divergence
-        from ._validate import _check_zeros as check_zeros
-
-        self.divergence = _divergence(divergence).name if isinstance(divergence, str) else divergence
-        _divergence(self.divergence)  # unknown names fail here, at startup
-        try:
-            self.budget = float(budget)
-        except (TypeError, ValueError):
-            raise ValueError(f"the mentored budget must be a number, got {budget!r}") from None
-        if not self.budget >= 0:
-            raise ValueError(f"the mentored budget must be nonnegative (inf allowed), got {budget!r}")
-        self.zeros = check_zeros(zeros)
+        self.divergence, self.budget, self.zeros = _divergence(divergence), _budget(budget), _zeros(zeros)
 
     def __repr__(self):
         return f"MentoredConfig(divergence={self.divergence!r}, budget={self.budget!r}, zeros={self.zeros!r})"
+
+
+def _config(values: dict, where) -> MentoredConfig:
+    """The configuration from ``values`` (key: value as read); an error names ``where(key)``, the key's source."""
+    checked = {}
+    for key, value in values.items():
+        try:
+            checked[key] = _CHECKS[key](value)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{where(key)}: {exc}") from None
+    return MentoredConfig(**checked)
+
+
+def _unique_keys(pairs):
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"keys given twice: {twice}")
+    return dict(pairs)
+
+
+def _read_file(path: str) -> dict:
+    """The table of a JSON or TOML file (``.toml``, any case: TOML, with an optional ``[mentored]``
+    table; otherwise JSON). A UTF-8 byte-order mark is skipped. Numbers are kept exact (``Decimal``),
+    so that a literal too large for a float is seen as such."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    toml = os.path.splitext(path)[1].lower() == ".toml"
+    try:
+        text = raw.decode("utf-8-sig")
+        if toml:
+            import tomllib
+
+            data = tomllib.loads(text, parse_float=Decimal)
+        else:
+            data = json.loads(text, parse_float=Decimal, object_pairs_hook=_unique_keys)
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, TOMLDecodeError, keys given twice
+        raise ValueError(f"{path}: not valid {'TOML' if toml else 'JSON'} (UTF-8): {exc}") from None
+    if toml and "mentored" in data:
+        if set(data) != {"mentored"}:
+            raise ValueError(f"{path}: keys outside the [mentored] table: {sorted(set(data) - {'mentored'})}")
+        data = data["mentored"]
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected {'a table' if toml else 'an object'} with the keys divergence, budget and zeros, got {type(data).__name__} {data!r}")
+    return data
 
 
 def config_from_env(environ=None) -> MentoredConfig | None:
     """The plugin's configuration from ``MENTORED_*`` variables, or None where the user set none.
 
     ``MENTORED_CONFIG`` (a JSON or TOML file) takes precedence; otherwise both ``MENTORED_DIVERGENCE``
-    and ``MENTORED_BUDGET`` must be set (one without the other is an error, not a silent default).
+    and ``MENTORED_BUDGET`` must be set (one without the other, or ``MENTORED_ZEROS`` alone, is an
+    error, not a silent default).
+    The budget is a number ≥ 0 or ``inf`` (no bound); a boolean, NaN, or a literal that overflows a
+    float (``1e400``) is refused. Every error names the variable, or the file and the key.
     """
     env = os.environ if environ is None else environ
     path = env.get("MENTORED_CONFIG")
     if path:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        if path.endswith(".toml"):
-            import tomllib
-
-            data = tomllib.loads(raw.decode())
-            data = data.get("mentored", data)
-        else:
-            data = json.loads(raw)
-        unknown = set(data) - {"divergence", "budget", "zeros"}
+        data = _read_file(path)
+        unknown = set(data) - set(_CHECKS)
         if unknown:
             raise ValueError(f"{path}: unknown keys {sorted(unknown)} (expected divergence, budget, zeros)")
         if "divergence" not in data or "budget" not in data:
             raise ValueError(f"{path}: needs both 'divergence' and 'budget'")
-        return MentoredConfig(data["divergence"], data["budget"], data.get("zeros", "keep"))
+        return _config(data, lambda key: f"{path}, key {key!r}")
     div, budget = env.get("MENTORED_DIVERGENCE"), env.get("MENTORED_BUDGET")
     if div is None and budget is None:
+        if "MENTORED_ZEROS" in env:
+            raise ValueError("MENTORED_ZEROS is set without MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG): set them to enable mentored verification")
         return None
     if div is None or budget is None:
         raise ValueError("set both MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG) to enable mentored verification")
-    return MentoredConfig(div, budget, env.get("MENTORED_ZEROS", "keep"))
+    values = dict(divergence=div, budget=budget)
+    if "MENTORED_ZEROS" in env:
+        values["zeros"] = env["MENTORED_ZEROS"]
+    return _config(values, lambda key: f"MENTORED_{key.upper()}={values[key]!r}")
 
 
 # ---------------------------------------------------------------- target probabilities

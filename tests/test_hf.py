@@ -74,7 +74,7 @@ def test_generate_runs_and_reports(models):
     assert ids.shape == (1, 24) and ids.dtype == torch.int64
     assert torch.equal(ids[0, :4], prompt)
     assert int(ids.min()) >= 0 and int(ids.max()) < VOCAB
-    assert stats.steps >= 20 / 4 and stats.emitted >= 20
+    assert stats.steps >= 20 / 4 and stats.emitted == 20
     assert 0 <= stats.acceptance <= 1 and stats.per_position.shape == (3,)
     assert 1 / 4 <= stats.passes_per_token <= 1
 
@@ -161,10 +161,14 @@ def test_cache_feeds_only_new_tokens(models, monkeypatch):
     assert len(d_len) == k * stats.steps
     starts = [len(prompt)] + [2 if n == k else 1 for n in accepted[:-1]]
     assert d_len == [x for s in starts for x in [s] + [1] * (k - 1)]
-    # The counts reported: target passes per emitted token, each round emitting its accepted drafts and one more.
-    assert stats.emitted == sum(n + 1 for n in accepted) >= ids.shape[1] - len(prompt) == 30
-    assert stats.passes_per_token == len(t_len) / stats.emitted
-    assert stats.accepted == sum(accepted) and stats.mean_accepted == sum(accepted) / len(t_len)
+    # The counts reported: target passes per returned token, each round emitting its accepted drafts
+    # and one more, the last round cut to the 30 tokens asked for.
+    before = sum(n + 1 for n in accepted[:-1])
+    assert before < 30 <= before + accepted[-1] + 1
+    assert stats.emitted == ids.shape[1] - len(prompt) == 30
+    assert stats.passes_per_token == len(t_len) / 30
+    kept = sum(accepted[:-1]) + min(accepted[-1], 30 - before)
+    assert stats.accepted == kept and stats.mean_accepted == kept / len(t_len)
 
 
 def test_recompute_feeds_the_whole_prefix(models, monkeypatch):
@@ -270,11 +274,51 @@ def test_per_row_statistics(models):
     ids, mask = left_padded(PROMPTS)
     seq, stats = generate(target, draft, ids, mask, k=4, divergence="kl", budget=0.5, max_new_tokens=20, seed=8)
     for r in stats.rows:
-        assert r.drafted == 4 * r.steps and r.emitted == r.accepted + r.steps >= 20
+        assert r.drafted == 4 * r.steps and r.emitted == len(r.tokens[0]) == 20
+        assert r.accepted <= r.emitted <= r.accepted + r.steps
         assert r.per_position.shape == (4,) and 1 / 5 <= r.passes_per_token <= 1
     assert stats.steps == sum(r.steps for r in stats.rows) and stats.accepted == sum(r.accepted for r in stats.rows)
     assert set(stats.seconds) == {"draft", "target", "verify", "cache", "total"}
     assert stats.seconds["total"] >= stats.seconds["draft"] + stats.seconds["target"]
+
+
+def test_statistics_count_only_the_tokens_returned(models, monkeypatch):
+    target, draft = models
+    # p = q: every draft is accepted, and a round of k = 4 would emit 5 tokens; one is asked for.
+    seq, stats = generate(target, target, torch.tensor([[3, 4]]), max_new_tokens=1, k=4, budget=0.0, seed=1)
+    assert seq.shape == (1, 3) and stats.emitted == 1 == len(stats.rows[0].tokens[0])
+    assert (stats.steps, stats.drafted, stats.accepted, stats.verified) == (1, 4, 1, 1)
+    assert stats.acceptance == 1.0 and stats.passes_per_token == 1.0
+    assert stats.per_position[0] == 1.0 and np.isnan(stats.per_position[1:]).all()  # positions past the cut: unobserved
+    # Different models, the last round cut at every place: the counts describe the returned tokens.
+    accepted = _record_accepted(monkeypatch)
+    for n in range(1, 8):
+        accepted.clear()
+        seq, stats = generate(target, draft, torch.tensor([5, 6, 7]), max_new_tokens=n, k=4, divergence="tv", budget=0.6, seed=n)
+        assert stats.emitted == seq.shape[1] - 3 == n
+        before = sum(a + 1 for a in accepted[:-1])
+        assert before < n <= before + accepted[-1] + 1
+        kept = n - before  # tokens the last round kept: its accepted drafts, then the target's token if it fits
+        assert stats.accepted == sum(accepted[:-1]) + min(accepted[-1], kept)
+        assert stats.verified == sum(min(a + 1, 4) for a in accepted[:-1]) + (kept if kept <= accepted[-1] else min(accepted[-1] + 1, 4))
+        assert stats.accepted <= stats.emitted <= stats.accepted + stats.steps
+    # A batch: each row's counts are its own returned tokens, pooled as their sum.
+    ids, mask = left_padded(PROMPTS)
+    seq, stats = generate(target, draft, ids, mask, k=4, divergence="kl", budget=0.5, max_new_tokens=3, seed=9)
+    assert [r.emitted for r in stats.rows] == [len(r.tokens[0]) for r in stats.rows] == [3] * len(PROMPTS)
+    assert stats.emitted == 3 * len(PROMPTS) and stats.accepted == sum(r.accepted for r in stats.rows)
+
+
+def test_statistics_of_a_round_cut_at_eos(models):
+    target, _ = models
+    prompt = torch.tensor([[3, 4]])
+    free, _ = generate(target, target, prompt, max_new_tokens=10, k=4, budget=0.0, seed=1)
+    eos = int(free[0, 3])  # the second token, an accepted draft of the first round (p = q accepts all)
+    if eos == int(free[0, 2]):
+        pytest.skip("the first two tokens coincide under these draws")
+    seq, stats = generate(target, target, prompt, max_new_tokens=10, k=4, budget=0.0, seed=1, eos_token_id=eos)
+    assert seq[0, 2:].tolist() == free[0, 2:4].tolist()
+    assert (stats.emitted, stats.accepted, stats.verified, stats.steps) == (2, 2, 2, 1)
 
 
 def test_sampling_probs_match_hf_warpers(models):

@@ -3,7 +3,9 @@ mentored.hf.generate's invariants on it (greedy decoding of a padded batch, the 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 
 import numpy as np
@@ -59,6 +61,86 @@ def test_a_corrupted_file_is_refused(tmp_path):
     (copy / "vocab.json").unlink()
     with pytest.raises(ValueError, match="missing"):
         verify_checksums(copy)
+
+
+@pytest.fixture
+def models_copy(tmp_path):
+    copy = tmp_path / "models"
+    shutil.copytree(MODELS_DIR, copy)
+    return copy
+
+
+def _lines(folder):
+    return (folder / "SHA256SUMS").read_text().splitlines()
+
+
+def _write(folder, lines):
+    (folder / "SHA256SUMS").write_text("".join(line + "\n" for line in lines))
+
+
+def test_every_shipped_file_has_a_checksum():
+    listed = set(verify_checksums())
+    present = {p.relative_to(MODELS_DIR).as_posix() for p in MODELS_DIR.rglob("*") if p.is_file()}
+    assert listed == present - {"SHA256SUMS"}
+
+
+def test_an_unlisted_file_is_refused(models_copy):
+    # A line removed: the weights it covered could be anything.
+    lines = _lines(models_copy)
+    _write(models_copy, [line for line in lines if not line.endswith("drafter/model.safetensors")])
+    weights = models_copy / "drafter" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="not listed in .*drafter/model.safetensors"):
+        load_pair(models_copy)
+    # A file added to the folder.
+    _write(models_copy, lines)
+    shutil.copy(MODELS_DIR / "drafter" / "model.safetensors", weights)
+    verify_checksums(models_copy)
+    (models_copy / "target" / "generation_config.json").write_text("{}")
+    with pytest.raises(ValueError, match="not listed in .*target/generation_config.json"):
+        verify_checksums(models_copy)
+
+
+def test_an_empty_or_missing_checksum_file_is_refused(models_copy):
+    for text in ("", "\n\n"):
+        (models_copy / "SHA256SUMS").write_text(text)
+        with pytest.raises(ValueError, match="lists no files"):
+            load_pair(models_copy)
+    (models_copy / "SHA256SUMS").unlink()
+    with pytest.raises(FileNotFoundError, match="no SHA256SUMS"):
+        load_pair(models_copy)
+
+
+def test_names_outside_the_folder_are_refused(models_copy, tmp_path):
+    outside = tmp_path / "hostname"
+    outside.write_text("a file outside the model folder\n")
+    digest = hashlib.sha256(outside.read_bytes()).hexdigest()
+    (models_copy / "target" / "link.json").symlink_to(outside)
+    lines = _lines(models_copy)
+    for name in ("../hostname", "target/../../hostname", str(outside), "target/link.json"):
+        _write(models_copy, [*lines, f"{digest}  {name}"])
+        with pytest.raises(ValueError, match=f"line {len(lines) + 1}: '{re.escape(name)}' lies outside"):
+            verify_checksums(models_copy)
+
+
+def test_checksum_lines_as_sha256sum_writes_them(models_copy):
+    # Upper-case digests, binary-mode lines ("<digest> *<name>"), "./" prefixes: sha256sum -c reads them all.
+    lines = _lines(models_copy)
+    digest, name = lines[0].split("  ", 1)
+    edited = [f"{digest.upper()}  {name}", *(f"{d} *{n}" for d, n in (line.split("  ", 1) for line in lines[1:4])),
+              *(f"{d}  ./{n}" for d, n in (line.split("  ", 1) for line in lines[4:]))]
+    _write(models_copy, edited)
+    assert verify_checksums(models_copy) == verify_checksums()
+    # A name listed twice, a malformed line: refused, naming the line.
+    _write(models_copy, [*lines, lines[2].replace("  ", "  ./")])
+    with pytest.raises(ValueError, match=f"line {len(lines) + 1}: .* listed twice"):
+        verify_checksums(models_copy)
+    for bad in (digest, f"{digest[:-1]}  {name}", f"{digest}\t{name}", f"{digest}{name}", f"{digest} {name}", f"{digest}  "):
+        _write(models_copy, [*lines[:2], bad, *lines[2:]])
+        with pytest.raises(ValueError, match="SHA256SUMS, line 3: expected"):
+            verify_checksums(models_copy)
 
 
 def test_pair_sizes_and_tokenizer(pair):
@@ -146,7 +228,8 @@ def test_training_script_is_seeded(tmp_path, monkeypatch):
     for run in ("a", "b"):
         out = tmp_path / run
         main(["--out", str(out), "--target-steps", "2", "--drafter-steps", "2"])
-        outs.append((out / "SHA256SUMS").read_text())
+        sums = verify_checksums(out)  # every file written has its line
+        outs.append({name: sums[name] for name in sums if name.endswith(("model.safetensors", "config.json", "vocab.json"))})
         results = json.loads((out / "results.json").read_text())
         assert set(results) >= {"target", "drafter", "flops_ratio"}
-    assert outs[0] == outs[1]
+    assert len(outs[0]) == 5 and outs[0] == outs[1]  # the timings in results.json and curves.csv differ

@@ -62,6 +62,73 @@ def test_config_from_environment_and_files(tmp_path):
         vp.config_from_env({"MENTORED_CONFIG": str(j)})
 
 
+def _from_file(path, text):
+    path.write_text(text, encoding="utf-8")
+    return vp.config_from_env({"MENTORED_CONFIG": str(path)})
+
+
+def test_a_boolean_budget_is_refused(tmp_path):
+    for name, text in (("m.toml", 'divergence = "kl"\nbudget = true\n'), ("m.json", '{"divergence": "kl", "budget": true}')):
+        with pytest.raises(TypeError, match=f"{name}, key 'budget': budget must be a number, got True"):
+            _from_file(tmp_path / name, text)
+    with pytest.raises(TypeError, match="must be a number"):
+        vp.MentoredConfig("kl", True)
+
+
+def test_a_budget_that_overflows_to_inf_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="MENTORED_BUDGET='1e400': budget '1e400' overflows"):
+        vp.config_from_env({"MENTORED_DIVERGENCE": "kl", "MENTORED_BUDGET": "1e400"})
+    for name, text in (("m.toml", 'divergence = "kl"\nbudget = 1e400\n'), ("m.json", '{"divergence": "kl", "budget": 1e400}'),
+                       ("n.json", '{"divergence": "kl", "budget": 1' + "0" * 400 + "}")):
+        with pytest.raises(ValueError, match=f"{name}, key 'budget': budget 1.* overflows"):
+            _from_file(tmp_path / name, text)
+    # No bound, written as such, is allowed (as for solve and speculative_step); NaN is not a budget.
+    for env in ("inf", "Infinity", " +inf "):
+        assert vp.config_from_env({"MENTORED_DIVERGENCE": "kl", "MENTORED_BUDGET": env}).budget == float("inf")
+    assert _from_file(tmp_path / "i.toml", 'divergence = "kl"\nbudget = inf\n').budget == float("inf")
+    assert _from_file(tmp_path / "i.json", '{"divergence": "kl", "budget": 1e300}').budget == 1e300
+    with pytest.raises(ValueError, match="MENTORED_BUDGET='nan'"):
+        vp.config_from_env({"MENTORED_DIVERGENCE": "kl", "MENTORED_BUDGET": "nan"})
+    with pytest.raises(ValueError, match="key 'budget': budget must be a number, got NaN"):
+        _from_file(tmp_path / "nan.toml", 'divergence = "kl"\nbudget = nan\n')
+
+
+def test_a_file_that_is_not_a_table_is_refused(tmp_path):
+    for name, text in (("m.json", '"kl"'), ("l.json", '["kl", 0.1]'), ("m.toml", 'mentored = "kl"\n')):
+        with pytest.raises(ValueError, match=f"{name}: expected an? (object|table) with the keys divergence, budget and zeros"):
+            _from_file(tmp_path / name, text)
+    with pytest.raises(ValueError, match=r"m.json: not valid JSON .*keys given twice: \['budget'\]"):
+        _from_file(tmp_path / "m.json", '{"divergence": "kl", "budget": 0.1, "budget": 1}')
+    with pytest.raises(ValueError, match=r"outside the \[mentored\] table: \['budget'\]"):
+        _from_file(tmp_path / "m.toml", 'budget = 1\n[mentored]\ndivergence = "kl"\nbudget = 0.1\n')
+    with pytest.raises(ValueError, match="m.toml: not valid TOML"):
+        _from_file(tmp_path / "m.toml", "divergence = kl\n")
+
+
+def test_upper_case_toml_and_a_byte_order_mark(tmp_path):
+    toml = '[mentored]\ndivergence = "tv"\nbudget = 0.25\n'
+    for name, text in (("M.TOML", toml), ("m.Toml", toml), ("bom.toml", "\ufeff" + toml), ("bom.json", '\ufeff{"divergence": "tv", "budget": 0.25}')):
+        cfg = _from_file(tmp_path / name, text)
+        assert (cfg.divergence, cfg.budget) == ("tv", 0.25), name
+
+
+def test_every_error_names_its_source(tmp_path):
+    with pytest.raises(ValueError, match="MENTORED_ZEROS is set without"):
+        vp.config_from_env({"MENTORED_ZEROS": "continue"})
+    with pytest.raises(ValueError, match="MENTORED_DIVERGENCE='no_such': unknown divergence"):
+        vp.config_from_env({"MENTORED_DIVERGENCE": "no_such", "MENTORED_BUDGET": "0.1"})
+    with pytest.raises(ValueError, match="MENTORED_ZEROS='drop': zeros must be"):
+        vp.config_from_env({"MENTORED_DIVERGENCE": "kl", "MENTORED_BUDGET": "0.1", "MENTORED_ZEROS": "drop"})
+    with pytest.raises(ValueError, match="MENTORED_BUDGET='0.1x': budget must be a number"):
+        vp.config_from_env({"MENTORED_DIVERGENCE": "kl", "MENTORED_BUDGET": "0.1x"})
+    with pytest.raises(TypeError, match="m.toml, key 'divergence': divergence must be a name"):
+        _from_file(tmp_path / "m.toml", "divergence = 3\nbudget = 0.1\n")
+    with pytest.raises(ValueError, match="m.json, key 'zeros': zeros must be"):
+        _from_file(tmp_path / "m.json", '{"divergence": "kl", "budget": 0.1, "zeros": true}')
+    with pytest.raises(ValueError, match="m.json, key 'budget': budget must be nonnegative"):
+        _from_file(tmp_path / "m.json", '{"divergence": "kl", "budget": -0.5}')
+
+
 def test_register_does_nothing_without_configuration(monkeypatch):
     for k in ("MENTORED_CONFIG", "MENTORED_DIVERGENCE", "MENTORED_BUDGET"):
         monkeypatch.delenv(k, raising=False)
