@@ -18,8 +18,8 @@ For two cases, a decode step of B·k = 16 rows over V = 32000 tokens and a small
 The calls are interleaved round-robin, so that each round sees one machine state. Python's share
 of a call is measured inside the call: the core's entry points (solve, speculative_step, row_stats,
 verify) are wrapped with timers, and the share is the median of the call's time minus the time spent in
-them. This is the per-call overhead the issue bounds (25 µs for the Verifier at B·k = 16,
-V = 32000); it does not depend on the machine state staying the same between two timings.
+them. This is the per-call overhead of the Python layer around the core; it does not depend on the
+machine state staying the same between two timings.
 
 "Busy" starts one process per core, each spinning in a bounded loop (it stops by itself after
 ``--busy-seconds``, or when the benchmark sets the stop event), and stops them before exiting.

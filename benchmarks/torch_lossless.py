@@ -10,14 +10,14 @@ every round sees one machine state (timings on a shared machine are noisy: read 
 
 1. ``rejection_sample`` (mentored, torch input, validation off) against :func:`lossless_rejection_sample`
    at B·k = 64 (16 requests × 4 drafts), V = 131072, float32 probabilities, budget 0 and 0.1 (kl,
-   tv). The issue's target: mentored at most 3× lossless on CPU torch. On CPU tensors the rows are
+   tv); read the ratio mentored / lossless. On CPU tensors the rows are
    solved by the compiled core (``mentored.serving.CPU_SOLVER = "core"``, zero-copy); the line
    "torch sort" runs the device algorithm (``mentored.torch_backend``) on the CPU instead.
 2. The torch solve against the C++ core (``mentored.solve`` on numpy arrays) on 8 × 131072 float32
    rows at budget 0.1 (kl): ``mentored.solve`` on the tensors (on CPU tensors the backend hands the
    rows to the core, on views of their memory), and the torch algorithm itself
-   (``torch_backend._solve``, on a CPU what the device runs). The issue's target: the torch backend
-   on a CPU at most 10× the core. On a CPU it is also run with torch and the core on one thread
+   (``torch_backend._solve``, on a CPU what the device runs); read the ratio torch backend / core.
+   On a CPU it is also run with torch and the core on one thread
    each, which a busy machine disturbs less (torch's parallel passes wait for their slowest thread).
 
 :func:`lossless_rejection_sample` is this benchmark's own code, following the structure of vLLM v1's

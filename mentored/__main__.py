@@ -1,7 +1,8 @@
 """Command line: ``mentored {demo, solve, frontier, certify}`` (also ``python -m mentored``).
 
 Exit status: 0 on success, 2 for a usage error or bad input (with ``error:`` on stderr), 1 only
-when ``certify`` finds a row that fails its certificate.
+when ``certify`` finds a row that fails its certificate (saying which check failed), 141 without a
+word when the reader of stdout goes away (a closed pipe, as for a tool killed by SIGPIPE).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ budget eps, and is chosen to accept as many drafts as possible.
 
 EPILOG = """\
 exit status: 0 on success; 2 for a usage error or bad input; 1 when certify finds a row that
-fails. Theory: docs/theory.md in the source distribution."""
+fails; 141 when the reader of the output closes the pipe. Input files are .npy files written by
+numpy.save. Theory: docs/theory.md in the source distribution."""
 
 PLOT_HINT = "plotting needs matplotlib: pip install 'mentored[plot]'"
 
@@ -182,13 +184,22 @@ def _hf_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 
 
+_NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"  # the magic strings of np.save and np.savez files
+
+
 def _load(path: str, what: str) -> np.ndarray:
     try:
-        x = np.load(path, allow_pickle=False)
+        with open(path, "rb") as fh:
+            head = fh.read(len(_NPY))
+        known = head.startswith((_NPY, _ZIP))
+        if known:
+            x = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise ValueError(f"{what} file {path!r} does not exist") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read {what} file {path!r} as a .npy array: {exc}") from None
+    if not known:  # text, pickle, anything else: numpy would speak of pickles
+        raise ValueError(f"cannot read {what} file {path!r}: it is not a .npy file (write the array with numpy.save)")
     if not isinstance(x, np.ndarray):  # an .npz archive: several arrays, not one
         names = ", ".join(x.files)
         x.close()
@@ -295,12 +306,23 @@ def cmd_certify(args) -> int:
         args.parser.error(f"target, draft and pi must have one shape, got {P.shape}, {Q.shape}, {PI.shape}")
     records = []
     for r in range(P.shape[0]):
-        c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol)
+        try:
+            c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol)
+        except ValueError as exc:
+            raise ValueError(f"row {r}: {exc}") from None
         records.append(
             {"row": r, "ok": int(bool(c.ok)), "acceptance": float(c.acceptance), "dual_bound": float(c.dual_bound), "gap": float(c.gap),
-             "budget_residual": float(c.budget_residual), "simplex_residual": float(c.simplex_residual)}
+             "budget_residual": float(c.budget_residual), "simplex_residual": float(c.simplex_residual),
+             "distance": float(c.distance), "failed": c.failed}
         )
-    _emit(args, records, ["row", "ok", "acceptance", "dual_bound", "gap", "budget_residual", "simplex_residual"])
+    columns = ["row", "ok", "acceptance", "dual_bound", "gap", "budget_residual", "simplex_residual"]
+    if args.exact:
+        columns.append("distance")  # from π to the point certified (a repair of rounding)
+    _emit(args, records, columns)
+    if not args.json:
+        for rec in records:
+            if rec["failed"]:
+                print(f"row {rec['row']} fails: {rec['failed']}")
     return 0 if all(r["ok"] for r in records) else 1
 
 
@@ -387,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("certify", help="check a given pi against the problem: feasibility and a duality gap",
                        description="Certify each row of pi by weak duality: feasible, and within --tol of the optimum. "
-                       "Exit status 1 if any row fails.")
+                       "Exit status 1 if any row fails, with the check that failed. With --exact, a pi infeasible "
+                       "only by rounding is replaced by the feasible (1 - d) pi + d p within 1e-9 of it (column distance).")
     pair(c)
     c.add_argument("pi", help=".npy file: the pi to check, same shape")
     c.add_argument("--divergence", default="kl", choices=BUILTIN_NAMES, metavar="NAME", help=f"one of {divs} (default: %(default)s)")
@@ -401,7 +424,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`mentored solve --json | head -1`): stop quietly, as a Unix tool killed
+        # by SIGPIPE does (status 128 + 13), with stdout on /dev/null so that Python's flush at exit
+        # finds nothing to write.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     except (ValueError, TypeError, OSError) as exc:
         args.parser.error(_in_flags(str(exc)))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .divergences import divergence as _divergence
-from .exact import certificate_fields, dual_upper_bound
+from .exact import certificate_fields, dual_upper_bound, refuse_nonfinite
 
 __all__ = ["Certificate", "certify_at", "dual_bound", "inputs"]
 
@@ -25,9 +25,9 @@ class Certificate:
     Attributes
     ----------
     ok : bool
-        Feasible within ``feas_tol`` and ``gap <= tol``.
+        Feasible within ``feas_tol`` and ``gap <= tol``; ``failed`` is then empty.
     acceptance : float
-        :math:`A(\pi) = \sum_i \min(\pi_i, q_i)`.
+        :math:`A(\pi) = \sum_i \min(\pi_i, q_i)` (exact mode: of the point certified, see ``repair``).
     dual_bound : float
         :math:`g(\lambda, \mu) \ge A^*` (an upper bound on the optimum).
     gap : float
@@ -43,6 +43,17 @@ class Certificate:
         ``"float"``; with ``exact=True``, ``"rational"`` (every quantity an exact Fraction) or
         ``"interval"`` (some enclosed by outward-rounded intervals). In the exact modes the fields
         describe the normalised point and are rounded in the safe direction (see :func:`certify`).
+    failed : str
+        Empty when ``ok``; else each check that failed, with its numbers, joined by ``"; "``:
+        ``"not a distribution: ..."``, ``"infeasible: D_f(π‖p) − ε = ... > 0 ..."``,
+        ``"suboptimal: gap ... > tol ..."``.
+    repair : float
+        Exact mode: the :math:`\delta` of the feasible point :math:`\pi' = (1-\delta)\hat\pi + \delta\hat p`
+        that stands for a :math:`\hat\pi` infeasible by rounding (0 when :math:`\hat\pi` is feasible;
+        see :func:`certify`). 0 in float mode.
+    distance : float
+        Exact mode: :math:`\|\pi' - \pi\|_1` from the float :math:`\pi` to the point certified,
+        rounded up (:math:`\pi' = \hat\pi` when ``repair`` is 0). 0 in float mode.
     """
 
     ok: bool
@@ -58,6 +69,9 @@ class Certificate:
     tol: float
     feas_tol: float
     arithmetic: str
+    failed: str
+    repair: float
+    distance: float
 
 
 class _Dual:
@@ -158,6 +172,8 @@ def dual_bound(target, draft, divergence, budget, lam, mu, *, exact=False):
     if exact:
         return dual_upper_bound(div, target, draft, budget, lam, mu)
     p, q = (np.asarray(x, dtype=np.float64) for x in (target, draft))
+    refuse_nonfinite(p, "target")
+    refuse_nonfinite(q, "draft")
     lam = float(lam)
     return _Dual(div, p, q, budget)(lam, float(mu) + lam * div.tilt if lam > 0 else float(mu))
 
@@ -169,6 +185,8 @@ def inputs(target, draft, pi, budget):
     x = np.asarray(pi, dtype=np.float64)
     if p.ndim != 1 or p.shape != q.shape or p.shape != x.shape:
         raise ValueError(f"target, draft and pi must be 1-D of one length, got {p.shape}, {q.shape}, {x.shape}")
+    for v, name in ((p, "target"), (q, "draft"), (x, "pi")):
+        refuse_nonfinite(v, name)
     budget = float(budget)
     if not budget >= 0:
         raise ValueError(f"budget must be nonnegative, got {budget}")
@@ -206,11 +224,18 @@ def certify_at(target, draft, pi, div, budget, *, lam, mu, exact=False, tol=1e-7
     gap = g - acceptance
     # The budget is judged relative to its size (plus feas_tol·1e-3 for rounding in D itself), so
     # that a point 10× over a small budget is never called feasible.
-    ok = bool(simplex <= feas_tol and excess <= feas_tol * (budget + 1e-3) and gap <= tol)
+    slack = feas_tol * (budget + 1e-3)
+    failed = []
+    if not simplex <= feas_tol:
+        failed.append(f"not a distribution: max(|Σπ − 1|, max(−π)) = {simplex:.3g} > feas_tol = {feas_tol:g}")
+    if not excess <= slack:
+        failed.append(f"infeasible: D_f(π‖p) − ε = {excess:.3g} > feas_tol·(ε + 1e-3) = {slack:.3g}")
+    if not gap <= tol:
+        failed.append(f"suboptimal: gap {gap:.3g} > tol = {tol:g} (dual bound {g:.9g}, acceptance {acceptance:.9g})")
     return Certificate(
-        ok=ok, acceptance=acceptance, dual_bound=float(g), gap=float(gap), lam=lam_v, mu=float(mu_v),
+        ok=not failed, acceptance=acceptance, dual_bound=float(g), gap=float(gap), lam=lam_v, mu=float(mu_v),
         simplex_residual=simplex, budget_residual=float(excess), divergence=d, budget=budget, tol=tol,
-        feas_tol=feas_tol, arithmetic="float",
+        feas_tol=feas_tol, arithmetic="float", failed="; ".join(failed), repair=0.0, distance=0.0,
     )
 
 

@@ -63,28 +63,43 @@ def certify(
     exact : bool
         Rigorous mode (below): a proof in exact rational and interval arithmetic instead of a float check.
     tol, feas_tol : float
-        Largest accepted gap; largest accepted simplex residual; and the budget excess accepted
-        is ``feas_tol`` relative to the budget, :math:`\mathrm{feas\_tol}\,(\varepsilon + 10^{-3})`.
+        Largest accepted gap; largest accepted simplex residual; in float mode the budget excess
+        accepted is ``feas_tol`` relative to the budget, :math:`\mathrm{feas\_tol}\,(\varepsilon + 10^{-3})`,
+        and in exact mode the largest :math:`\ell_1` distance from :math:`\pi` to the repaired point.
 
     Rigorous mode (``exact=True``)
     ------------------------------
     The inputs are read as the exact rationals of their float values; ``target`` and ``draft`` are
     normalised exactly (:math:`\hat p = p/\sum p`, :math:`\hat q = q/\sum q`: the distributions the
     floats stand for), and so is the point: :math:`\hat\pi = \pi_+ / \sum \pi_+` lies exactly on the
-    simplex. The certificate is about :math:`\hat\pi`, and ``ok`` means it is **proved** that
+    simplex. A float optimum on an active budget has :math:`D_f(\hat\pi\|\hat p) = \varepsilon` up to
+    rounding, so about half the time it is truly infeasible by ~1e-17. Such a point is replaced by
 
-    * :math:`D_f(\hat\pi\|\hat p) \le \varepsilon` exactly (no tolerance: ``budget_residual`` is an
-      upper bound of :math:`D_f(\hat\pi\|\hat p) - \varepsilon`, rounded up, and must be ``<= 0``);
-    * :math:`A(\hat\pi) \ge A^* - \mathrm{gap}` with :math:`A^*` the optimum of
+    .. math::
+
+        \pi' = (1 - \delta)\hat\pi + \delta\hat p, \qquad
+        \delta \ge \frac{D_f(\hat\pi\|\hat p) - \varepsilon}{D_f(\hat\pi\|\hat p)}
+
+    (:math:`\delta = 1` where :math:`D_f = \infty`), which is feasible: :math:`D_f(\cdot\|\hat p)` is
+    convex and :math:`D_f(\hat p\|\hat p) = f(1) = 0`, so
+    :math:`D_f(\pi'\|\hat p) \le (1-\delta) D_f(\hat\pi\|\hat p) \le \varepsilon`. The rule for
+    "infeasible only by rounding": :math:`\|\pi' - \pi\|_1 \le` ``feas_tol`` (``distance``; δ rounded
+    up to a float is ``repair``). Beyond that :math:`\pi` is infeasible and the certificate fails.
+    The certified point is :math:`\pi'` when repaired, else :math:`\hat\pi`, and ``ok`` means it is
+    **proved** that
+
+    * it satisfies the budget exactly (no tolerance: ``budget_residual`` is an upper bound of
+      :math:`D_f(\hat\pi\|\hat p) - \varepsilon`, rounded up; it is ``<= 0``, or the point was repaired);
+    * its acceptance is :math:`\ge A^* - \mathrm{gap}` with :math:`A^*` the optimum of
       :math:`\mathrm{MD}(f, \varepsilon)` for :math:`(\hat p, \hat q)`, and ``gap <= tol``;
 
     and, besides, ``simplex_residual`` (:math:`\max(|\sum\pi - 1|, \max_i(-\pi_i))` of the float
     vector, exact and rounded up) is ``<= feas_tol``: the float :math:`\pi` is close to the certified
-    point (the float mode's simplex check; the budget check is the exact one above).
-    ``acceptance`` is :math:`A(\hat\pi)` rounded down, ``dual_bound`` and ``gap`` are rounded up,
-    ``divergence`` is an upper bound of :math:`D_f(\hat\pi\|\hat p)`; ``lam`` is the exact
-    :math:`\lambda` used and ``mu`` the nearest float to the exact :math:`\mu` used (any dual point
-    gives a valid bound, so the float search's point is simply read as a rational).
+    point. ``acceptance`` (rounded down), ``dual_bound`` and ``gap`` (rounded up) are those of the
+    certified point; ``divergence`` is an upper bound of :math:`D_f(\hat\pi\|\hat p)`; ``lam`` is the
+    exact :math:`\lambda` used and ``mu`` the nearest float to the exact :math:`\mu` used (any dual
+    point gives a valid bound, so the float search's point is simply read as a rational). ``failed``
+    names each check that failed.
 
     Arithmetic: :math:`A(\hat\pi)` is an exact Fraction; each term of :math:`D_f` and each
     per-token sup of the dual (proofs/README.md theorem 8, correction 4) is evaluated from sympy
@@ -101,11 +116,10 @@ def certify(
     functions without an interval enclosure raises NotImplementedError; one without a sympy form,
     ValueError.
 
-    A float solver output on an active budget has :math:`D_f = \varepsilon` up to rounding, so about
-    half the time it is (truly) infeasible by ~1e-16 and the proof fails; to certify, solve with a
-    slightly smaller budget (e.g. ``budget * (1 - 1e-9)``; the gap grows by about
-    :math:`\lambda \varepsilon \cdot 10^{-9}`). Cost: Python Fractions and intervals, a few ms per
-    hundred tokens (meant for moderate :math:`n \lesssim 10^4`, not for serving).
+    Cost: Python Fractions and intervals, a few ms per hundred tokens (meant for moderate
+    :math:`n \lesssim 10^4`, not for serving).
+
+    NaN or infinite entries in ``target``, ``draft`` or ``pi`` raise ValueError (in both modes).
 
     Examples
     --------
@@ -116,10 +130,12 @@ def certify(
     True
     >>> mentored.certify(p, q, p, "kl", 0.05).ok  # feasible but short of the optimum
     False
-    >>> sol = mentored.solve(p, q, divergence="chi2", budget=0.05 * (1 - 1e-9))
+    >>> mentored.certify(p, q, p, "kl", 0.05).failed[:11]
+    'suboptimal:'
+    >>> sol = mentored.solve(p, q, divergence="chi2", budget=0.05)
     >>> cert = mentored.certify(p, q, sol.pi, "chi2", 0.05, exact=True)
-    >>> cert.ok, cert.arithmetic, cert.gap < 1e-9
-    (True, 'rational', True)
+    >>> cert.ok, cert.arithmetic, cert.gap < 1e-9, cert.distance < 1e-15
+    (True, 'rational', True, True)
     """
     div = _divergence(divergence)
     if (lam is None) != (mu is None):

@@ -20,7 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 
-__all__ = ["certificate_fields", "dual_upper_bound"]
+__all__ = ["certificate_fields", "dual_upper_bound", "refuse_nonfinite"]
 
 _PREC = 128
 _IV = None
@@ -505,10 +505,20 @@ def _exact_residual(d_up, eps) -> float:
     return _round_up(d_up - eps) if d_up != math.inf else math.inf
 
 
+def refuse_nonfinite(v, name):
+    """ValueError naming the first NaN or ±inf entry of the array ``v`` (no rational stands for it)."""
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = np.unravel_index(int(np.argmax(bad)), v.shape)
+        at = ", ".join(str(int(k)) for k in i)
+        raise ValueError(f"{name} holds a NaN or infinite entry: {name}[{at}] = {v[i]}")
+
+
 def _exact_distribution(v, name):
+    refuse_nonfinite(v, name)
     vals = [Fraction(u) for u in v.tolist()]
-    if any(u < 0 for u in vals) or not np.all(np.isfinite(v)):
-        raise ValueError(f"{name} must be finite and nonnegative")
+    if any(u < 0 for u in vals):
+        raise ValueError(f"{name} must be nonnegative")
     total = sum(vals, Fraction(0))
     if total <= 0:
         raise ValueError(f"{name} has no positive entry")
@@ -540,6 +550,7 @@ def certificate_fields(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol) -> d
     track = _Track()
     # p and q are the distributions their float entries represent, normalised exactly.
     P, Q = (_exact_distribution(v, name) for v, name in ((p, "target"), (q, "draft")))
+    refuse_nonfinite(x, "pi")
     X = [Fraction(v) for v in x.tolist()]
     eps = _exact_budget(budget)
     lam = Fraction(lam_v)
@@ -554,21 +565,40 @@ def certificate_fields(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol) -> d
     if S <= 0:
         raise ValueError("pi has no positive entry: there is no point of the simplex to certify")
     Xh = [v / S for v in Xp]
-    acc = sum((min(v, w) for v, w in zip(Xh, Q)), Fraction(0))
     pos = [i for i, v in enumerate(P) if v > 0]
     zero = [i for i, v in enumerate(P) if v == 0]
-    pS, qS, xS = [P[i] for i in pos], [Q[i] for i in pos], [Xh[i] for i in pos]
+    pS = [P[i] for i in pos]
+    d_up = _exact_divergence(forms, pS, [Xh[i] for i in pos], sum((Xh[i] for i in zero), Fraction(0)), track)
+    # Infeasible by rounding: π' = (1 − δ)π̂ + δp̂ has D_f(π'‖p̂) ≤ (1 − δ)D_f(π̂‖p̂) ≤ ε for
+    # δ ≥ (D_f − ε)/D_f (D_f(·‖p̂) is convex and D_f(p̂‖p̂) = f(1) = 0), and δ = 1 is p̂ itself. δ is
+    # rounded up to a float to keep π' a short rational; π' is certified when it lies within
+    # feas_tol of π in ℓ1, else the given point π̂ is judged (and is infeasible).
+    delta = Fraction(0)
+    if eps is not None and not (d_up != math.inf and d_up <= eps):
+        delta = Fraction(1) if d_up == math.inf else min(Fraction(_round_up((d_up - eps) / d_up)), Fraction(1))
+    Xr = Xh if delta == 0 else (P if delta == 1 else [(1 - delta) * v + delta * w for v, w in zip(Xh, P)])
+    distance = sum((abs(v - w) for v, w in zip(Xr, X)), Fraction(0))
+    repaired = delta > 0 and _round_up(distance) <= feas_tol
+    point = Xr if repaired else Xh
+    acc = sum((min(v, w) for v, w in zip(point, Q)), Fraction(0))
     qZ = sum((Q[i] for i in zero), Fraction(0))
-    xZ = sum((Xh[i] for i in zero), Fraction(0))
-    d_up = _exact_divergence(forms, pS, xS, xZ, track)
-    g_up = _exact_dual(forms, pS, qS, qZ, bool(zero), eps, lam, mu, track)
-    feasible = eps is None or (d_up != math.inf and d_up <= eps)
+    g_up = _exact_dual(forms, pS, [Q[i] for i in pos], qZ, bool(zero), eps, lam, mu, track)
     gap = g_up - acc if g_up != math.inf else math.inf
-    gap_f = _round_up(gap)
-    ok = bool(_round_up(simplex) <= feas_tol and feasible and gap_f <= tol)
+    gap_f, simplex_f, residual = _round_up(gap), _round_up(simplex), _exact_residual(d_up, eps)
+    failed = []
+    if simplex_f > feas_tol:
+        failed.append(f"not a distribution: max(|Σπ − 1|, max(−π)) = {simplex_f:.3g} > feas_tol = {feas_tol:g}")
+    if delta > 0 and not repaired:
+        excess = f"D_f(π‖p) = inf > ε = {budget:g}" if d_up == math.inf else f"D_f(π‖p) − ε = {residual:.3g} > 0"
+        failed.append(
+            f"infeasible: {excess}, beyond rounding: the feasible (1 − δ)π + δp with δ = {float(delta):.3g} "
+            f"is {_round_up(distance):.3g} from π in ℓ1 > feas_tol = {feas_tol:g}"
+        )
+    if not gap_f <= tol:
+        failed.append(f"suboptimal: gap {gap_f:.3g} > tol = {tol:g} (dual bound {_round_up(g_up):.9g}, acceptance {_round_down(acc):.9g})")
     return dict(
-        ok=ok, acceptance=_round_down(acc), dual_bound=_round_up(g_up), gap=gap_f, lam=float(lam), mu=float(mu),
-        simplex_residual=_round_up(simplex), budget_residual=_exact_residual(d_up, eps),
-        divergence=_round_up(d_up), budget=budget, tol=tol, feas_tol=feas_tol,
-        arithmetic="interval" if track.interval else "rational",
+        ok=not failed, acceptance=_round_down(acc), dual_bound=_round_up(g_up), gap=gap_f, lam=float(lam), mu=float(mu),
+        simplex_residual=simplex_f, budget_residual=residual, divergence=_round_up(d_up), budget=budget, tol=tol,
+        feas_tol=feas_tol, arithmetic="interval" if track.interval else "rational", failed="; ".join(failed),
+        repair=float(delta), distance=_round_up(distance),
     )

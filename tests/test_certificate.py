@@ -205,18 +205,68 @@ def test_exact_rejects_suboptimal_infeasible_and_off_simplex_points(name, rng):
     sub = 0.999 * sol.pi + 0.001 * p
     cert = mentored.certify(p, q, sub, name, budget, exact=True)
     assert not cert.ok and cert.gap > cert.tol and cert.budget_residual <= 0
-    # Budget exceeded by 1e-9 relative: the float check accepts within feas_tol, the proof does not.
+    # Budget exceeded by 1e-9 relative: within feas_tol of a feasible point, which is certified.
     over = mentored.solve(p, q, divergence=name, budget=budget * (1 + 1e-9)).pi
     assert mentored.certify(p, q, over, name, budget).ok
     cert = mentored.certify(p, q, over, name, budget, exact=True)
-    assert not cert.ok and cert.budget_residual > 0 and cert.gap <= cert.tol
+    assert cert.ok and cert.budget_residual > 0 and 0 < cert.repair < 1e-8 and cert.distance <= cert.feas_tol
     assert cert.budget_residual == pytest.approx(budget * 1e-9, rel=1e-3)
+    # Exceeded by 1e-6 relative: the repaired point is too far from π, and the proof fails.
+    over = mentored.solve(p, q, divergence=name, budget=budget * (1 + 1e-6)).pi
+    cert = mentored.certify(p, q, over, name, budget, exact=True)
+    assert not cert.ok and cert.budget_residual > 0 and cert.distance > cert.feas_tol
+    assert cert.failed.startswith("infeasible: D_f(π‖p) − ε = ") and "beyond rounding" in cert.failed
     # Off the simplex: π̂ = π/Σπ is fine, but π is too far from it.
     cert = mentored.certify(p, q, sol.pi * (1 + 1e-6), name, budget, exact=True)
     assert not cert.ok and cert.simplex_residual > cert.feas_tol
     # A wrong dual point gives a valid but loose bound.
     cert = mentored.certify(p, q, sol.pi, name, budget, lam=2 * sol.lam, mu=sol.mu, exact=True)
     assert not cert.ok and cert.gap > 1e-6
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_exact_certifies_the_solvers_own_output(name, rng):
+    # The solver's π on its budget, unchanged: infeasible by ~1e-17 in exact arithmetic about half
+    # the time, when the point (1 − δ)π̂ + δp̂ within rounding of it is what is certified.
+    repaired = 0
+    for kind in ("dense", "peaked", "top_k_target", "truncated_draft", "extreme"):
+        p, q = instance(kind, rng, n=30)
+        for budget in (0.0, 1e-3, 0.05, 0.3):
+            pi = mentored.solve(p, q, divergence=name, budget=budget).pi
+            cert = mentored.certify(p, q, pi, name, budget, exact=True)
+            assert cert.ok and cert.failed == "", (kind, budget, cert)
+            assert 0 <= cert.repair <= 1 and cert.distance <= 1e-15 and cert.gap <= 1e-8
+            repaired += cert.repair > 0
+    assert repaired > 0  # the rounding the repair is for does occur on these rows
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_a_failed_certificate_says_which_check_failed(name, rng):
+    p, q = instance("dense", rng, n=20)
+    budget = 0.05
+    pi = mentored.solve(p, q, divergence=name, budget=budget).pi
+    far = mentored.solve(p, q, divergence=name, budget=2 * budget).pi  # twice the budget: infeasible
+    for exact in (False, True):
+        cert = mentored.certify(p, q, far, name, budget, exact=exact)
+        assert not cert.ok and cert.failed.startswith("infeasible: D_f(π‖p) − ε = "), (exact, cert.failed)
+        cert = mentored.certify(p, q, 0.99 * pi + 0.01 * p, name, budget, exact=exact)
+        assert not cert.ok and cert.failed.startswith("suboptimal: gap "), (exact, cert.failed)
+        cert = mentored.certify(p, q, pi * (1 + 1e-6), name, budget, exact=exact)
+        assert not cert.ok and cert.failed.startswith("not a distribution: "), (exact, cert.failed)
+        assert mentored.certify(p, q, pi, name, budget, exact=exact).failed == ""
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_inputs_are_refused_by_name(exact, bad):
+    p, q, pi = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5]), np.array([0.4, 0.3, 0.3])
+    for name in ("target", "draft", "pi"):
+        args = {"target": p.copy(), "draft": q.copy(), "pi": pi.copy()}
+        args[name][2] = bad
+        with pytest.raises(ValueError, match=rf"^{name} holds a NaN or infinite entry: {name}\[2\] = "):
+            mentored.certify(args["target"], args["draft"], args["pi"], "kl", 0.05, exact=exact)
+    with pytest.raises(ValueError, match=r"^draft holds a NaN or infinite entry: draft\[0\]"):
+        dual_bound(p, np.r_[bad, 0.5, 0.5], "kl", 0.05, 1.0, 0.0, exact=exact)
 
 
 def test_exact_mode_for_custom_generators(custom, rng):

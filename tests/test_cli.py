@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +13,7 @@ from numpy.testing import assert_allclose
 
 import mentored
 from mentored.__main__ import build_parser, main
+from mentored.testing import instance
 
 
 @pytest.fixture
@@ -97,6 +101,75 @@ def test_certify_accepts_the_solution_and_refuses_the_target(rows, capsys):
     # π = p is feasible but far from optimal: the gap is large and the exit status says so
     assert main(["certify", str(tmp / "p.npy"), str(tmp / "q.npy"), str(tmp / "p.npy"), "--budget", "0.1", "--json"]) == 1
     assert all(r["ok"] == 0 and r["gap"] > 1e-3 for r in json.loads(capsys.readouterr().out))
+
+
+@pytest.mark.parametrize("div", mentored.BUILTIN_NAMES)
+def test_the_solvers_output_is_certified_exactly(tmp_path, div, capsys):
+    # Rows from mentored.testing; the solver's π, saved and read back, is infeasible by rounding on
+    # some of them, and certified through the feasible point within rounding of it.
+    rng = np.random.default_rng(7)
+    kinds = ("dense", "peaked", "top_k_target", "truncated_draft", "extreme", "ties")
+    p, q = (np.stack(rows) for rows in zip(*(instance(kind, rng, n=40) for kind in kinds for _ in range(2))))
+    files = [str(tmp_path / name) for name in ("p.npy", "q.npy", "pi.npy", "far.npy")]
+    np.save(files[0], p)
+    np.save(files[1], q)
+    for budget in ("0", "0.05"):
+        assert main(["solve", *files[:2], "--divergence", div, "--budget", budget, "--out", files[2]]) == 0
+        capsys.readouterr()
+        assert main(["certify", *files[:3], "--divergence", div, "--budget", budget, "--exact", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert all(r["ok"] == 1 and r["failed"] == "" and r["distance"] <= 1e-15 for r in got), got
+    # π solved at twice the budget: infeasible, and the output says so.
+    assert main(["solve", *files[:2], "--divergence", div, "--budget", "0.1", "--out", files[3]]) == 0
+    capsys.readouterr()
+    assert main(["certify", *files[:2], files[3], "--divergence", div, "--budget", "0.05", "--exact"]) == 1
+    out = capsys.readouterr().out
+    assert "row 0 fails: infeasible: D_f(π‖p) − ε = " in out and "beyond rounding" in out
+
+
+def test_certify_names_the_failed_check(rows, capsys):
+    tmp, p, q = rows
+    assert main(["certify", str(tmp / "p.npy"), str(tmp / "q.npy"), str(tmp / "p.npy"), "--budget", "0.1"]) == 1
+    out = capsys.readouterr().out
+    assert all(f"row {r} fails: suboptimal: gap " in out for r in range(3)), out
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path, rng):
+    # Enough rows that the output fills the pipe's buffer before the reader goes away: the next
+    # write meets a closed pipe. The command stops without a word, with SIGPIPE's status 128 + 13.
+    for name in ("p", "q"):
+        np.save(tmp_path / f"{name}.npy", rng.dirichlet(np.ones(8), size=3000))
+    for fmt in (["--json"], []):
+        argv = [sys.executable, "-m", "mentored", "solve", str(tmp_path / "p.npy"), str(tmp_path / "q.npy"), "--budget", "0.1", *fmt]
+        # Run from the folder holding the package the tests import (a clone's root or site-packages).
+        proc = subprocess.Popen(argv, cwd=Path(mentored.__file__).parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout.read(1)  # the first byte, like `head -c 1`
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.stderr.close()
+        assert proc.wait(timeout=300) == 141 and err == b"", err.decode()
+
+
+def test_non_finite_pi_is_bad_input(rows, capsys):
+    tmp, p, q = rows
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    for bad in (np.nan, np.inf):
+        pi_bad = pi.copy()
+        pi_bad[1, 4] = bad
+        np.save(tmp / "bad.npy", pi_bad)
+        for exact in ([], ["--exact"]):
+            err = _fails(["certify", str(tmp / "p.npy"), str(tmp / "q.npy"), str(tmp / "bad.npy"), "--budget", "0.1", *exact], capsys)
+            assert "row 1: pi holds a NaN or infinite entry: pi[4] = " in err
+
+
+def test_a_file_that_is_not_npy_is_named(rows, capsys):
+    tmp, p, q = rows
+    np.savetxt(tmp / "p.txt", p)
+    (tmp / "empty.npy").write_bytes(b"")
+    for name in ("p.txt", "empty.npy"):
+        err = _fails(["solve", str(tmp / name), str(tmp / "q.npy"), "--budget", "0.1"], capsys)
+        assert f"target file {str(tmp / name)!r}: it is not a .npy file (write the array with numpy.save)" in err
+        assert "pickle" not in err
 
 
 def _fails(argv, capsys) -> str:
