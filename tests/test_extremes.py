@@ -1,6 +1,6 @@
-"""Answers exact at the extremes, in the core (issues 14, item 4, and 18, items 2, 8, 9, 11).
+"""Answers exact at the extremes, in the core.
 
-Each test holds a row of the issues as it was reported, and failed on the code before the change:
+Each test holds a row as it was reported, and failed on the code before the change:
 
 - ratios q/p past DBL_MAX (a tiny p_i > 0 is a target token, not a target zero), judged by an
   mpmath evaluation of the optimum at 60 digits;
@@ -127,7 +127,7 @@ def _rel(a, b):
 # ---------------------------------------------------------------------------------------------
 # 1. Ratios past DBL_MAX: a token with a tiny p_i > 0 is a target token, whatever its ratio.
 
-# The rows of issue 14 ("Ratios past DBL_MAX answer wrong"), as they were reported.
+# Ratios past DBL_MAX once answered wrong: the rows as they were reported.
 _TWO = (np.array([1.0, 1e-310]), np.array([0.5, 0.5]))
 _THREE = (np.array([1.0, 1e-310, 1e-310]), np.array([0.89, 0.01, 0.1]))
 _OVERFLOW_CASES = [
@@ -235,7 +235,7 @@ def _sum_min(pi, q):
 
 def test_small_acceptance_is_accurate():
     # chi2 at ε = 1e-3: 3.16235e-8 was reported (1 − TV + s) for Σ min(π, q) = 3.16238e-8 (relative
-    # error 7.9e-6; the issue's drafter gave 3.2410645e-8 for 3.2410895e-8).
+    # error 7.9e-6; the reported drafter gave 3.2410645e-8 for 3.2410895e-8).
     p, q = _one_heavy_row()
     for dtype in (np.float64, np.float32):
         sol = mentored.solve(p.astype(dtype), q.astype(dtype), divergence="chi2", budget=1e-3, normalize=True)
@@ -260,7 +260,7 @@ def _disjoint(n=2**20):
 
 def test_disjoint_rows_accept_nothing():
     # Under kl (f∞ = ∞) nothing can move onto the drafter's tokens: Σ min(π, q) = 0 exactly, where
-    # 1 − TV + s gave 2.5e-14 on the issue's disjoint 2^20 row.
+    # 1 − TV + s gave 2.5e-14 on the reported disjoint 2^20 row.
     rng = np.random.default_rng(3)
     rows = [_disjoint()]
     for n in (3, 10, 1000, 4097):
@@ -396,14 +396,19 @@ def test_out_may_not_alias_the_inputs():
 
 # ---------------------------------------------------------------------------------------------
 # 5. Interruptible: Ctrl-C raises within 0.2 s, between chunks of rows or of budgets.
+#
+# Measured in CPU time (time.process_time, all of the process's threads), not wall time: between
+# the signal and the KeyboardInterrupt the core finishes the chunk it is in, a fixed amount of work,
+# while the wall time of that work grows with whatever else runs on the machine. A call that used
+# two threads may spend twice its wall time in CPU time.
 
 
 def _interrupt_after(delay):
-    """SIGINT to this process after `delay` seconds, from a timer thread; returns the send time."""
+    """SIGINT to this process after `delay` seconds, from a timer thread; records the CPU time then."""
     sent = {}
 
     def fire():
-        sent["t"] = time.perf_counter()
+        sent["cpu"] = time.process_time()
         os.kill(os.getpid(), signal.SIGINT)
 
     timer = threading.Timer(delay, fire)
@@ -412,18 +417,22 @@ def _interrupt_after(delay):
 
 
 def _latency(fn, delay=0.15):
+    """CPU seconds from the signal to the KeyboardInterrupt, and CPU seconds of the whole call."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer, sent = _interrupt_after(delay)
     try:
-        start = time.perf_counter()
+        start = time.process_time()
         with pytest.raises(KeyboardInterrupt):
             fn()
             time.sleep(5)  # finished before the signal (a fast machine): the signal lands here
-        end = time.perf_counter()
+        end = time.process_time()
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
-    return end - sent["t"], end - start
+    return end - sent["cpu"], end - start
+
+
+THREADS = max(1, min(2, os.cpu_count() or 1))  # the core's default: every core, here at most two
 
 
 @pytest.mark.skipif(os.environ.get("MENTORED_SANITIZED") == "1", reason="timings under ASan are ~10x")
@@ -433,11 +442,11 @@ def test_ctrl_c_interrupts_a_long_batch():
     p, q = llm_like(rng, 256)
     P = np.tile(p.astype(np.float32), (16384, 1))
     Q = np.tile(q.astype(np.float32), (16384, 1))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     mentored.solve(P[:2048], Q[:2048], divergence="kl", budget=0.1)
-    whole = 8 * (time.perf_counter() - t0)
-    late, _ = _latency(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1), delay=min(0.15, whole / 4))
-    assert late < 0.2 + 0.1 * (whole > 4), (late, whole)
+    whole = 8 * (time.process_time() - t0)
+    late, _ = _latency(lambda: mentored.solve(P, Q, divergence="kl", budget=0.1), delay=0.15)
+    assert late < THREADS * 0.2 and late < whole / 2, (late, whole)
 
 
 @pytest.mark.skipif(os.environ.get("MENTORED_SANITIZED") == "1", reason="timings under ASan are ~10x")
@@ -448,7 +457,7 @@ def test_ctrl_c_interrupts_a_long_frontier():
     path = mentored.MentoredPath(p, q)
     budgets = np.geomspace(1e-6, 1.0, 300_000)
     late, _ = _latency(lambda: path.frontier(budgets, "kl"), delay=0.15)
-    assert late < 0.2, late
+    assert late < THREADS * 0.2, late
 
 
 # ---------------------------------------------------------------------------------------------
