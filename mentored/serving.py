@@ -17,7 +17,7 @@ import numpy as np
 
 from collections.abc import Mapping
 
-from ._validate import _floats, per_row, row_stats, sum_rtol
+from ._validate import _floats, check_sums, per_row, row_stats, sum_rtol
 from .divergences import _NP, Divergence, _TorchOps, divergence as _divergence
 from . import _core
 from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros, _row_error
@@ -371,6 +371,10 @@ def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
             raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
         if q.dtype != p.dtype:
             p, q = p.astype(np.float64), q.astype(np.float64)
+    if normalize and T:
+        # float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or past DBL_MAX), which the
+        # core cannot scale by 1/Σ: rescaled here first, as solve does
+        p, q = (x if x is None or x.dtype != np.float64 else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
     if validate:
         _check_ids(draft, bonus, V, B, T)
     draft = draft.astype(np.int64, copy=False)

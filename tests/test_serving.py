@@ -677,10 +677,17 @@ def _emitters(p, q, div, budget, dtype, **kw):
             uniforms=u[:, None, :], zeros="keep", **kw,
         )[:, 0]
 
-    return {"numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step}
+    def torch_step(x, u):
+        R = x.size
+        return mentored.speculative_step(
+            torch.as_tensor(np.tile(P, (R, 2, 1))), torch.zeros((R, 1), dtype=torch.int64), torch.as_tensor(np.tile(Q, (R, 1, 1))),
+            torch.as_tensor(x[:, None]), divergence=div, budget=budget, uniforms=u[:, None, :], zeros="keep", **kw,
+        )[:, 0].numpy()
+
+    return {"numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step, "torch_step": torch_step}
 
 
-@pytest.mark.parametrize("path", ["numpy", "torch", "verifier", "speculative_step"])
+@pytest.mark.parametrize("path", ["numpy", "torch", "verifier", "speculative_step", "torch_step"])
 @pytest.mark.parametrize("budget", [0.0, 0.05])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_emitted_law_is_pi_on_rows_inside_the_sum_tolerance(path, budget, dtype):
@@ -787,3 +794,13 @@ def test_bool_and_float_token_ids_are_refused():
             Verifier(4, dtype=np.float64)(ids, n, q, p, bonus)
         with pytest.raises(TypeError, match="integer"):
             rejection_sample(d, n, q, p, torch.as_tensor(ids.reshape(2, 1)))
+
+
+def test_normalize_takes_rows_whose_sums_have_no_reciprocal():
+    # float64 rows summing below 2⁻¹⁰²⁴ (all entries denormal): the core cannot scale them by 1/Σ;
+    # normalize=True rescales them first, as solve does, on every path.
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    for path, emit in _emitters(p * 1e-310, q * 1e-310, "kl", 0.1, np.float64, normalize=True).items():
+        assert_allclose(_exact_law(emit, q, len(p)), pi, atol=1e-9, err_msg=path)
