@@ -277,24 +277,40 @@ std::vector<std::int64_t> counts_arg(const py::object& n) {
     }
   } catch (const py::cast_error&) {
     throw std::invalid_argument("num_draft_tokens must hold integers");
-  } catch (const py::error_already_set&) {
+  } catch (const py::error_already_set& e) {
+    // Only a conversion's own failure is ours to rename: KeyboardInterrupt and the like propagate.
+    if (!e.matches(PyExc_TypeError) && !e.matches(PyExc_ValueError) && !e.matches(PyExc_OverflowError)) throw;
     throw std::invalid_argument("num_draft_tokens must hold integers");
   }
   return out;
 }
 
+// Token ids of verify: an array of integers of any width (converted to int64; int32 ids are
+// vLLM's), never floats or bools, which a conversion would truncate or read as 0/1 without a word.
+carray<std::int64_t> ids_arg(const py::object& ids, const char* name) {
+  const py::array a = py::array::ensure(ids);
+  if (!a) throw py::type_error(std::string(name) + " must be an array of integers");
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') throw py::type_error(std::string(name) + " must hold integer token ids");
+  return carray<std::int64_t>::ensure(a);
+}
+
 // Solve and verify in one call (speculative.hpp, verify_batch), vLLM's flattened layout: q [T, V],
 // draft [T], uniforms [T, 2] per draft row; budgets [T], or [1] for all; num_draft [B] (Σ = T);
-// bonus [B] (any shape of B entries); p [T + B·extra, V] (extra = 1: a bonus-position row after
-// each request's drafts, checked too). rtol_p, rtol_q: tolerances on the rows' sums (∞: none).
+// bonus [B] or [B, 1]; p [T + B·extra, V] (extra = 1: a bonus-position row after each request's
+// drafts, checked too). rtol_p, rtol_q: tolerances on the rows' sums (∞: none). Ids: integer
+// arrays of any width (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL
+// is taken back to check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time.
 // Returns (out [B, max n + 1], int32 or int64; the first failed request, −1 if none; its
 // StepStatus code; the position in it, −1 if none; the failing rows' {Σ, min, max} of target then
 // draft, StepError). Shape errors raise ValueError.
 template <class T>
-py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::object num_draft,
-                 carray<std::int64_t> bonus, carray<double> uniforms, carray<double> budgets, int code, bool keep,
-                 int extra, int threads, bool int32, double rtol_p, double rtol_q) {
+py::tuple verify(carray<T> p, carray<T> q, py::object draft_ids, py::object num_draft, py::object bonus_ids,
+                 carray<double> uniforms, carray<double> budgets, int code, bool keep, int extra, int threads, bool int32,
+                 double rtol_p, double rtol_q) {
   rtol_arg(rtol_p, rtol_q);
+  const carray<std::int64_t> draft = ids_arg(draft_ids, "draft_token_ids");
+  const carray<std::int64_t> bonus = ids_arg(bonus_ids, "bonus_token_ids");
   if (p.ndim() != 2 || q.ndim() != 2 || p.shape(1) != q.shape(1))
     throw std::invalid_argument("target and draft probabilities must be (rows, V) arrays of one V");
   const auto T_ = static_cast<std::size_t>(q.shape(0)), V = static_cast<std::size_t>(q.shape(1));
@@ -314,13 +330,16 @@ py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::objec
   if (static_cast<std::size_t>(draft.size()) != T_ || (n_eps != T_ && n_eps != 1) ||
       static_cast<std::size_t>(uniforms.size()) != 2 * T_)
     throw std::invalid_argument("draft ids and uniforms must have one entry (uniforms: two) per draft row, budgets one or one per row");
-  if (static_cast<std::size_t>(bonus.size()) != B) throw std::invalid_argument("one bonus token id per request is required");
+  // (B,) or (B, 1): a (B, 2) array flattened would give request b its neighbour's ids.
+  if (!((bonus.ndim() == 1 || (bonus.ndim() == 2 && bonus.shape(1) == 1)) && static_cast<std::size_t>(bonus.shape(0)) == B))
+    throw std::invalid_argument("bonus_token_ids must have shape (B,) or (B, 1), one id per request");
   if (V == 0 && T_ > 0) throw std::invalid_argument("empty vocabulary");
   const BuiltinF f(generator(code));
   const std::size_t width = K + 1;
   py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
   StepError error;
   std::size_t failed;
+  bool interrupted = false;
   {
     const T* pp = p.data();
     const T* qq = q.data();
@@ -330,12 +349,21 @@ py::tuple verify(carray<T> p, carray<T> q, carray<std::int64_t> draft, py::objec
     const double* u = uniforms.data();
     const double* e = budgets.data();
     const std::size_t step = n_eps == T_ ? 1 : 0;
+    const std::size_t rows = static_cast<std::size_t>(p.shape(0));
+    const int nt = batch_threads(threads, B, B ? rows * V / B : 0);
+    const std::size_t max_rows = chunk_rows(rows, V, nt);
     void* o = result.mutable_data();
+    const auto stop = [&interrupted]() {
+      py::gil_scoped_acquire acquire;
+      interrupted = PyErr_CheckSignals() != 0;  // the exception stays set until raised below
+      return interrupted;
+    };
     py::gil_scoped_release release;
     const StepCheck check{rtol_p, rtol_q};
-    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int32_t*>(o), width, error, check)
-                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, threads, static_cast<std::int64_t*>(o), width, error, check);
+    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, nt, static_cast<std::int32_t*>(o), width, error, check, max_rows, stop)
+                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, nt, static_cast<std::int64_t*>(o), width, error, check, max_rows, stop);
   }
+  if (interrupted) throw py::error_already_set();
   const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
   carray<double> stats(6);
   std::copy(error.stats, error.stats + 6, stats.mutable_data());

@@ -38,14 +38,14 @@ def speculative_step(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]: ...
 @overload
 def verify(
-    target: _F64, draft_probs: _F64, draft_token_ids: npt.NDArray[np.int64], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
-    bonus_token_ids: npt.NDArray[np.int64], uniforms: _F64, budgets: _F64, code: int, keep: bool, extra: int, threads: int, int32: bool,
+    target: _F64, draft_probs: _F64, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
+    bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, code: int, keep: bool, extra: int, threads: int, int32: bool,
     rtol_p: float = ..., rtol_q: float = ...,
 ) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
 @overload
 def verify(
-    target: _F32, draft_probs: _F32, draft_token_ids: npt.NDArray[np.int64], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
-    bonus_token_ids: npt.NDArray[np.int64], uniforms: _F64, budgets: _F64, code: int, keep: bool, extra: int, threads: int, int32: bool,
+    target: _F32, draft_probs: _F32, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
+    bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, code: int, keep: bool, extra: int, threads: int, int32: bool,
     rtol_p: float = ..., rtol_q: float = ...,
 ) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
 @overload

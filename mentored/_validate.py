@@ -240,9 +240,10 @@ def _check_zeros(zeros) -> str:
     return zeros
 
 
-def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray, rows=True):
+def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray, rows=True, normalize=False):
     """Shapes, dtypes and id ranges, the same for numpy and torch (``asarray`` keeps the kind), and
-    unless ``rows`` is False (the core checks them as it solves), the rows' values."""
+    unless ``rows`` is False (the core checks them as it solves), the rows' values (their sums
+    unless ``normalize``: then only that each is positive)."""
     p, bonus, q, draft = (asarray(x) for x in (target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids))
     for name, x in (("target_with_bonus_probs", p), ("draft_probs", q)):
         kind = _dtype_kind(x)
@@ -275,13 +276,14 @@ def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, dr
     # Every row a distribution, the bonus position included, with (b, j) in the message and the
     # tolerance of mentored.solve (relative 1e-6 in float64, 1e-3 in float32) for numpy and torch alike.
     if rows:
-        _check_step_rows(p, "target_with_bonus_probs", k + 1)
-        _check_step_rows(q, "draft_probs", k)
+        _check_step_rows(p, "target_with_bonus_probs", k + 1, normalize)
+        _check_step_rows(q, "draft_probs", k, normalize)
     return p, bonus, q, draft
 
 
-def _check_step_rows(x, name: str, per: int) -> None:
-    """Rows of a (B, per, V) array: finite, nonnegative, summing to 1; errors name (b, j)."""
+def _check_step_rows(x, name: str, per: int, normalize: bool = False) -> None:
+    """Rows of a (B, per, V) array: finite, nonnegative, summing to 1 (``normalize``: to a positive
+    number); errors name (b, j)."""
     if x.shape[-1] == 0 or per == 0:
         return
 
@@ -289,31 +291,39 @@ def _check_step_rows(x, name: str, per: int) -> None:
         return f"row (b, j) = ({r // per}, {r % per})"
 
     if not isinstance(x, np.ndarray):
-        _check_tensor_rows(x, name, where)
+        _check_tensor_rows(x, name, where, normalize)
         return
-    _check_row_values(_floats(x, name), name, where)
+    _check_row_values(_floats(x, name), name, where, normalize)
 
 
-def _check_row_values(a: np.ndarray, name: str, where) -> None:
-    """Rows of a float array, in order: finite, nonnegative, summing to 1; ``where(r)`` names row r."""
+def _check_row_values(a: np.ndarray, name: str, where, normalize: bool = False) -> np.ndarray:
+    """Rows of a float array, in order: finite, nonnegative, summing to 1 (``normalize``: to a
+    positive number); ``where(r)`` names row r. Returns the rows' float64 sums, flattened."""
     sums, lo, hi = (v.ravel() for v in row_stats(a))
-    for bad in (np.isnan(sums) | (hi == np.inf) | (lo == -np.inf), lo < 0, np.abs(sums - 1.0) > _SUM_RTOL[a.dtype]):
+    off = ~(sums > 0) if normalize else np.abs(sums - 1.0) > _SUM_RTOL[a.dtype]
+    for bad in (np.isnan(sums) | (hi == np.inf) | (lo == -np.inf), lo < 0, off):
         r = np.flatnonzero(bad)
         if r.size:
-            raise _row_error(name, a.dtype, (sums[r[0]], lo[r[0]], hi[r[0]]), where(int(r[0])))
+            raise _row_error(name, a.dtype, (sums[r[0]], lo[r[0]], hi[r[0]]), where(int(r[0])), normalize)
+    return sums
 
 
-def _row_error(name: str, dtype, stats, where: str) -> ValueError | None:
+def _row_error(name: str, dtype, stats, where: str, normalize: bool = False) -> ValueError | None:
     """The error of one row of a step from its {Σ, min, max} (row_stats; the core's StepError), or
-    None if it passes: where says which row."""
+    None if it passes: where says which row. ``normalize``: any positive sum passes."""
     s, lo, hi = (float(x) for x in stats)
     if s != s or hi == np.inf or lo == -np.inf:
         return ValueError(f"{name} contains NaN or infinite entries ({where})")
     if lo < 0:
         return ValueError(f"{name} has negative entries ({where})")
+    if normalize:
+        return None if s > 0 else ValueError(f"{name} has an all-zero row ({where})")
     rtol = _SUM_RTOL[np.dtype(dtype)]
     if not abs(s - 1.0) <= rtol:
-        return ValueError(f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {np.dtype(dtype)}); {where} sums to {s!r}")
+        return ValueError(
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {np.dtype(dtype)}); {where} sums to {s!r}. "
+            "Pass normalize=True to renormalise."
+        )
     return None
 
 
@@ -321,9 +331,10 @@ def _row_error(name: str, dtype, stats, where: str) -> ValueError | None:
 _TENSOR_SUM_RTOL = {f"torch.{dtype.name}": rtol for dtype, rtol in _SUM_RTOL.items()}
 
 
-def _check_tensor_rows(x, name: str, index=None):
+def _check_tensor_rows(x, name: str, index=None, normalize: bool = False):
     """Finite, nonnegative rows of a torch tensor summing to 1 (relative tolerance per dtype, as
-    numpy's); host sync. Returns the row sums, float64, flattened to (rows,).
+    numpy's; ``normalize``: to a positive number); host sync. Returns the row sums, float64,
+    flattened to (rows,).
 
     ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
     """
@@ -333,8 +344,10 @@ def _check_tensor_rows(x, name: str, index=None):
     rtol = _TENSOR_SUM_RTOL.get(str(flat.dtype), 1e-6)
     sums = flat.sum(-1, dtype=torch.float64)
     # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
-    # ±inf (so not within rtol of 1), and the smallest entry shows a negative one.
-    if bool(((sums - 1).abs() <= rtol).all() & (flat.amin() >= 0)):
+    # ±inf (so neither within rtol of 1 nor a finite positive number), and the smallest entry shows
+    # a negative one.
+    fine = ((sums > 0) & (sums < float("inf"))) if normalize else ((sums - 1).abs() <= rtol)
+    if bool(fine.all() & (flat.amin() >= 0)):
         return sums
     where = index or (lambda r: f"row {r}")
     bad = ~flat.isfinite().all(-1)
@@ -343,11 +356,15 @@ def _check_tensor_rows(x, name: str, index=None):
     neg = (flat < 0).any(-1)
     if bool(neg.any()):
         raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
-    off = (sums - 1).abs() > rtol
+    zero = ~(sums > 0)
+    if normalize and bool(zero.any()):
+        raise ValueError(f"{name} has an all-zero row ({where(int(zero.nonzero()[0, 0]))})")
+    off = ~fine
     if bool(off.any()):
         r = int(off.nonzero()[0, 0])
         raise ValueError(
-            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}"
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}. "
+            "Pass normalize=True to renormalise."
         )
     return sums
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import _floats, per_row
+from collections.abc import Mapping
+
+from ._validate import _floats, check_sums, per_row, row_stats, sum_rtol
 from .divergences import _NP, Divergence, _TorchOps, divergence as _divergence
 from . import _core
-from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros
-from .speculative import _step_error, solve_pi
+from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros, _row_error
+from .speculative import _BAD_VALUE, _step_error, solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -94,14 +96,38 @@ class _Plan:
         return f"row {t} (request {int(self.req[t])}, position {int(self.pos[t])})"
 
 
-def _check_rows_np(x: np.ndarray, name: str, plan: _Plan) -> np.ndarray:
+def _check_rows_np(x: np.ndarray, name: str, plan: _Plan, normalize: bool) -> np.ndarray:
     a = _floats(x, name)
     if a.ndim != 2 or a.shape[0] != plan.T:
         raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
     if a.shape[0] == 0:
         return a
-    check_row_values(a, name, plan.where)
+    check_row_values(a, name, plan.where, normalize)
     return a
+
+
+def _bonus_shape(bonus_token_ids) -> int:
+    """B, from bonus_token_ids of shape (B,) or (B, 1): a (B, 2) array flattened would give request b
+    its neighbour's ids."""
+    shape = tuple(getattr(bonus_token_ids, "shape", ()))
+    if len(shape) not in (1, 2) or shape[1:] not in ((), (1,)):
+        raise ValueError(f"bonus_token_ids must have shape (B,) or (B, 1), one id per request, got shape {shape}")
+    return int(shape[0])
+
+
+def _check_generators(generators, B: int) -> None:
+    """generators: request index in [0, B) → numpy.random.Generator or torch.Generator."""
+    if generators is None:
+        return
+    if not isinstance(generators, Mapping):
+        raise TypeError(f"generators must be a dict from request index to a numpy.random.Generator or torch.Generator, got {type(generators).__name__}")
+    for b, gen in generators.items():
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)):
+            raise TypeError(f"generators: request index {b!r} is not an integer")
+        if not 0 <= b < B:
+            raise ValueError(f"generators: request index {b} is outside [0, B) = [0, {B})")
+        if not (isinstance(gen, np.random.Generator) or (_is_torch(gen) and type(gen).__name__ == "Generator")):
+            raise TypeError(f"generators[{b}] (request {b}) must be a numpy.random.Generator or torch.Generator, got {type(gen).__name__}")
 
 
 def _check_ids(draft, bonus, V: int, B: int, T: int):
@@ -201,9 +227,9 @@ def _onehot(ops, px, eps, div: Divergence, zeros: str, term):
 
 def _uniforms_np(plan: _Plan, generators):
     u = _RNG.random((plan.T, 2))
-    for b, gen in (generators or {}).items():
+    for b, gen in (generators or {}).items():  # checked: _check_generators
         b = int(b)
-        n = int(plan.n[b]) if 0 <= b < plan.B else 0
+        n = int(plan.n[b])
         if n == 0 or plan.greedy[b]:
             continue  # no draw for a request that needs none: its stream stays its own
         s = int(plan.starts[b])
@@ -222,7 +248,7 @@ def _uniforms_torch(plan: _Plan, generators, device):
     u = torch.rand((plan.T, 2), dtype=torch.float64, device=device)
     for b, gen in (generators or {}).items():
         b = int(b)
-        n = int(plan.n[b]) if 0 <= b < plan.B else 0
+        n = int(plan.n[b])
         if n == 0 or plan.greedy[b]:
             continue
         s = int(plan.starts[b])
@@ -260,6 +286,7 @@ def rejection_sample(
     zeros="keep",
     threads=None,
     validate=True,
+    normalize=False,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -269,7 +296,7 @@ def rejection_sample(
 
     - **random requests** (the default): :math:`\pi` is the mentored verifier of
       :math:`\mathrm{MD}(f, \varepsilon)` (docs/theory.md §2); the draft is accepted iff
-      ``u0 · q_x < π_x``; at the first rejection the token at that position is drawn from
+      ``u0 · q_x < π_x`` (``q`` read as :math:`q/\sum q`, the row π answers); at the first rejection the token at that position is drawn from
       :math:`(\pi - q)_+` normalised (inverse CDF at ``u1``) and the row stops. Every emitted
       token has law exactly :math:`\pi`; at ``budget=0``, :math:`\pi = p` (lossless).
     - ``draft_probs=None`` (n-gram, EAGLE without probabilities): :math:`q = \delta_x`, never
@@ -288,12 +315,12 @@ def rejection_sample(
     num_draft_tokens : sequence of B ints (0 allowed)
     draft_probs : (T, V) float array or tensor, or None
     target_probs : (T, V) float array or tensor (after temperature and top-k/top-p)
-    bonus_token_ids : (B, 1) or (B,) integer array or tensor
+    bonus_token_ids : (B, 1) or (B,) integer array or tensor (any other shape is refused)
     divergence : str or Divergence, or one per request
     budget : float, or one per request (float64, ≥ 0, ``inf`` allowed)
     is_greedy : (B,) bool, optional
     generators : dict request index → ``numpy.random.Generator`` or ``torch.Generator``, optional
-        A seeded request draws its two uniforms per position from its own generator (nothing when
+        Indices in [0, B). A seeded request draws its two uniforms per position from its own generator (nothing when
         it has no drafts or is greedy), so its output depends only on its own rows and generator.
     uniforms : (T, 2) in [0, 1), optional
         Column 0 decides acceptance, column 1 samples the recovered token. Overrides ``generators``.
@@ -306,35 +333,48 @@ def rejection_sample(
         the core solves: :data:`CPU_SOLVER`).
     validate : bool
         Check shapes, ids and that rows are distributions (torch: a few host synchronisations).
+        Without it, numpy rows are still checked by the solve (entries and sums, the rows it
+        solves); torch rows are not checked, and are read normalised.
+    normalize : bool
+        Take rows with any positive sum as :math:`p/\sum p` and :math:`q/\sum q`, as
+        :func:`mentored.solve` does; otherwise each row must sum to 1 within the tolerance of its
+        dtype (relative 1e-6 in float64, 1e-3 in float32) and is read normalised within it. A float32
+        softmax widened to float64 sums to 1 only to float32's rounding: pass ``normalize=True``.
 
     Returns
     -------
     int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted.
     """
     check_zeros(zeros)
-    B = int(bonus_token_ids.shape[0])
+    B = _bonus_shape(bonus_token_ids)
     T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
     plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T)
+    _check_generators(generators, B)
+    args = plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize
     if any(_is_torch(x) for x in (target_probs, draft_probs, draft_token_ids, bonus_token_ids)):
-        return _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, threads)
-    return _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate)
+        return _torch_path(*args)
+    return _numpy_path(*args)
 
 
-def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate):
+def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize):
     B, T, K = plan.B, plan.T, plan.K
     draft = np.asarray(draft_token_ids)
     bonus = np.asarray(bonus_token_ids).reshape(-1)
     if draft.dtype.kind not in "iu" or bonus.dtype.kind not in "iu":
         raise TypeError(f"token ids must be integers, got {draft.dtype} and {bonus.dtype}")
-    p = _check_rows_np(target_probs, "target_probs", plan) if validate else np.asarray(target_probs)
+    p = _check_rows_np(target_probs, "target_probs", plan, normalize) if validate else np.asarray(target_probs)
     V = p.shape[1]
     q = None
     if draft_probs is not None:
-        q = _check_rows_np(draft_probs, "draft_probs", plan) if validate else np.asarray(draft_probs)
+        q = _check_rows_np(draft_probs, "draft_probs", plan, normalize) if validate else np.asarray(draft_probs)
         if q.shape != p.shape:
             raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
         if q.dtype != p.dtype:
             p, q = p.astype(np.float64), q.astype(np.float64)
+    if normalize and T:
+        # float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or past DBL_MAX), which the
+        # core cannot scale by 1/Σ: rescaled here first, as solve does
+        p, q = (x if x is None or x.dtype != np.float64 else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
     if validate:
         _check_ids(draft, bonus, V, B, T)
     draft = draft.astype(np.int64, copy=False)
@@ -350,7 +390,7 @@ def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         argmax = np.full(T, -1, dtype=np.int64)
         argmax[grd] = (p if grd.size == T else p[grd]).argmax(-1)
         accept[grd] = draft[grd] == argmax[grd]
-    pi = px_a = None
+    pi = px_a = iq = None
     if rnd.size:
         x = draft[rnd]
         real = x >= 0
@@ -358,7 +398,7 @@ def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         ar = np.arange(rnd.size)
         P = p if rnd.size == T else p[rnd]
         if q is None:
-            px = P[ar, xs].astype(np.float64)
+            px = P[ar, xs].astype(np.float64) / row_stats(P)[0]  # p_x of p/Σp
             px_a = np.empty(rnd.size)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else idx
@@ -369,10 +409,12 @@ def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
             pi = np.empty(P.shape, dtype=P.dtype) if len(plan.groups) > 1 else None
             for div, idx in plan.groups:
                 if idx is None:
-                    pi = solve_pi(P, Q, div, plan.eps_rnd, threads, zeros)
+                    pi = solve_pi(P, Q, div, plan.eps_rnd, threads, zeros, normalize)
                 else:
-                    pi[idx] = solve_pi(P[idx], Q[idx], div, plan.eps_rnd[idx], threads, zeros)
-            accept[rnd] = real & (u[rnd, 0] * Q[ar, xs].astype(np.float64) < pi[ar, xs])
+                    pi[idx] = solve_pi(P[idx], Q[idx], div, plan.eps_rnd[idx], threads, zeros, normalize)
+            # π answers q/Σq: the test and the residual read that q, scaled by 1/Σq as the core scales it
+            iq = 1.0 / row_stats(Q)[0]
+            accept[rnd] = real & (u[rnd, 0] * (Q[ar, xs].astype(np.float64) * iq) < pi[ar, xs])
 
     # the first rejection of each request
     out = np.full((B, K + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
@@ -409,7 +451,7 @@ def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
                 fallback = rows_p
             else:
                 fallback = pi[where_rnd].astype(np.float64)
-                w = np.maximum(fallback - q[t].astype(np.float64), 0.0)
+                w = np.maximum(fallback - q[t].astype(np.float64) * iq[where_rnd, None], 0.0)
                 ph = x < 0
                 w[ph] = rows_p[ph]  # a placeholder: no draft to lean toward, the target itself
             tok[r] = _inverse_cdf_np(w, u[t, 1], fallback)
@@ -431,7 +473,7 @@ def _inverse_cdf_np(w: np.ndarray, u: np.ndarray, fallback: np.ndarray) -> np.nd
     return first
 
 
-def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, threads=None):
+def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize):
     import torch
 
     from ._validate import _check_tensor_rows as check_rows
@@ -448,6 +490,9 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
     if q is not None and q.shape != p.shape:
         raise ValueError(f"draft_probs must have the shape of target_probs {tuple(p.shape)}, got {tuple(q.shape)}")
     V = p.shape[1]
+    for name, x in (("draft_token_ids", draft), ("bonus_token_ids", bonus)):  # dtypes: no synchronisation
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
     if validate:
         for name, x in (("target_probs", p), ("draft_probs", q)):
             if x is None:
@@ -455,9 +500,7 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
             if not x.dtype.is_floating_point or x.element_size() < 4:
                 raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
             if T:
-                check_rows(x, name, plan.where)
-        if draft.dtype.is_floating_point or bonus.dtype.is_floating_point:
-            raise TypeError(f"token ids must be integers, got {draft.dtype} and {bonus.dtype}")
+                check_rows(x, name, plan.where, normalize)
         _check_ids(draft, bonus, V, B, T)
     draft = draft.to(torch.int64)
     bonus = bonus.to(torch.int64)
@@ -474,7 +517,7 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         # CPU tensors are host memory: the compiled core solves them in place of the torch sort
         # (zero-copy numpy views, nothing synchronised), on the uniforms drawn above from torch's RNG.
         host = [x.detach().resolve_conj().numpy() for x in (draft, q, p, bonus)]
-        out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False)
+        out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False, normalize)
         return torch.from_numpy(out)
 
     accept = torch.zeros(T, dtype=torch.bool, device=device)
@@ -494,7 +537,7 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         P = p if rnd.size == T else p[ri]
         u0 = u[ri, 0]
         if q is None:
-            px = P.gather(-1, xs)[:, 0].to(torch.float64)
+            px = P.gather(-1, xs)[:, 0].to(torch.float64) / P.sum(-1, dtype=torch.float64)  # p_x of p/Σp
             a = torch.empty_like(px)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else dev(idx)
@@ -524,8 +567,9 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
                     Qn = Q[ii].to(torch.float64) / sq[ii, None]
                     point.put(ii, solve_point(Pn, Qn, div, dev(plan.eps_rnd[sel]), zeros))
                 Pn = Qn = None
-            qx = Q.gather(-1, xs)[:, 0].to(torch.float64)
-            pi_x = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, qx / sq)
+            # π answers q/Σq: the test and the residual read that q
+            qx = Q.gather(-1, xs)[:, 0].to(torch.float64) / sq
+            pi_x = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, qx)
             accept[ri] = real & (u0 * qx < pi_x)
         rows_of_rnd = torch.full((T,), 0, dtype=torch.int64, device=device)
         rows_of_rnd[ri] = torch.arange(rnd.size, device=device)
@@ -569,7 +613,7 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
             else:
                 j = rows_of_rnd[ts]
                 fallback = point.take(j).pi(P[j].to(torch.float64) / sp[j, None], Q[j].to(torch.float64) / sq[j, None])
-                w = (fallback - q[ts].to(torch.float64)).clamp(min=0)
+                w = (fallback - q[ts].to(torch.float64) / sq[j, None]).clamp(min=0)
                 w = torch.where(ph[:, None], rows_p, w)
             rec = torch.where(greedy, rec, _inverse_cdf_torch(w, u[ts, 1], fallback))
         col_tok = torch.where(has_rej, rec, bonus)
@@ -607,11 +651,15 @@ class Verifier:
     test (positions after a rejection are checked, not solved) and draws the residual token, with
     the same decisions as :func:`rejection_sample` given the same uniforms. Anything else falls
     back to :func:`rejection_sample` (on uniforms from this verifier's generator, unless
-    ``generators`` are given). Inputs are not checked on the fast path beyond what the core checks
-    (ids in range; finite, nonnegative, nonzero rows, which the core normalises): pass
-    ``validate=True`` to check them as :func:`rejection_sample` does. float32 and float64 rows are
-    both taken as they are, whatever their width: ``vocab_size`` and ``dtype`` describe the expected
-    rows and convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time.
+    ``generators`` are given). The fast path refuses what :func:`rejection_sample` refuses, from
+    the core's own pass over the rows: every row it reads (those after a rejection too) finite,
+    nonnegative and summing to 1 within its dtype's tolerance (any positive sum with
+    ``normalize=True``), ids in range and integer, ``bonus_token_ids`` of shape (B,) or (B, 1);
+    ``validate=True`` sends every call through :func:`rejection_sample`'s Python checks instead
+    (the same refusals, slower). float32 and float64 rows are both taken as they are, whatever
+    their width: ``vocab_size`` and ``dtype`` describe the expected rows and convert nothing;
+    ``max_tokens`` is how many rows of uniforms are drawn ahead at a time; ``normalize`` as in
+    :func:`rejection_sample`.
 
     Examples
     --------
@@ -623,7 +671,8 @@ class Verifier:
     array([[1, 0]], dtype=int32)
     """
 
-    def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False):
+    def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False,
+                 normalize=False):
         from ._validate import threads_arg
 
         self.V = int(vocab_size)
@@ -636,6 +685,9 @@ class Verifier:
         self.zeros = check_zeros(zeros)
         self.threads = threads_arg(threads)
         self.validate = validate
+        self.normalize = bool(normalize)
+        # The core's tolerance on the rows' sums, by their dtype (its overloads take these two)
+        self._rtol = {np.dtype(d): sum_rtol(d, self.normalize) for d in (np.float32, np.float64)}
         self.rng = np.random.default_rng(seed)
         self._dtype = np.dtype(dtype)
         self._code = int(self.div.compiled)
@@ -672,10 +724,11 @@ class Verifier:
             u = self._draw(T)
         else:
             u = np.ascontiguousarray(_given_uniforms(uniforms, T, lambda x: np.asarray(x, dtype=np.float64)))
+        rtol = self._rtol.get(getattr(target_probs, "dtype", None), np.inf)  # another dtype: TypeError in the core
         try:
-            out, bad, status, pos, _ = _core.verify(
+            out, bad, status, pos, stats = _core.verify(
                 target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._code, self._keep, 0,
-                self.threads, True,
+                self.threads, True, rtol, rtol,
             )
         except (TypeError, ValueError):
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, None, None, u)
@@ -683,14 +736,19 @@ class Verifier:
             return out
         n = np.asarray(num_draft_tokens, dtype=np.int64)
         x = int(np.asarray(draft).reshape(-1)[int(n[:bad].sum()) + pos])
-        if status == 1 and x == PLACEHOLDER_TOKEN_ID:
+        dtypes = (target_probs.dtype, draft_probs.dtype)
+        if (status == 1 and x == PLACEHOLDER_TOKEN_ID) or (
+            # normalised rows whose float64 sum has no reciprocal: rejection_sample rescales them
+            self.normalize and status == _BAD_VALUE and all(_row_error("", d, st, "", True) is None for d, st in zip(dtypes, (stats[:3], stats[3:])))
+        ):
             return self._fallback(draft, n, draft_probs, target_probs, bonus_token_ids, None, None, u)
-        raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"request {b}, position {j}")
+        raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"(request {b}, position {j})", stats, dtypes,
+                          self.normalize, names=("target_probs", "draft_probs"))
 
     def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
             draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
-            uniforms=uniforms, zeros=self.zeros, threads=self.threads or None,
+            uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize,
         )

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _core
 from ._solve import solve
-from ._validate import _check_step_inputs, _check_zeros, _row_error, _step_budgets, _step_uniforms, sum_rtol, threads_arg
+from ._validate import _check_step_inputs, _check_zeros, _row_error, _step_budgets, _step_uniforms, check_sums, sum_rtol, threads_arg
 from .divergences import divergence as _divergence
 
 __all__ = ["speculative_step"]
@@ -36,6 +36,7 @@ def speculative_step(
     uniforms=None,
     threads=None,
     zeros="continue",
+    normalize=False,
 ):
     r"""One verification step of mentored speculative decoding for a batch of sequences.
 
@@ -83,6 +84,12 @@ def speculative_step(
         ``"keep"``: the target's zeros are hard constraints (top-k/top-p, bad words, grammars):
         :math:`\pi_i = 0` wherever :math:`p_i = 0`, the optimum under that constraint
         (docs/theory.md §8; :func:`mentored.serving.rejection_sample` defaults to it).
+    normalize : bool
+        Take rows with any positive sum as :math:`p/\sum p`, :math:`q/\sum q` (solve, accept test and
+        residual alike), as :func:`mentored.solve` does; otherwise every row must sum to 1 within
+        the tolerance of its dtype (relative 1e-6 in float64, 1e-3 in float32), and is read
+        normalised within it. A float32 softmax widened to float64 sums to 1 only to float32's
+        rounding (1 ± 1.5e-5 at V = 152,064): pass ``normalize=True`` for such rows.
 
     Returns
     -------
@@ -102,6 +109,9 @@ def speculative_step(
     if _is_torch(target_with_bonus_probs):
         from .torch_backend import speculative_step as torch_step
 
+        if normalize:
+            target_with_bonus_probs, draft_probs = (_normalized_tensor(x, name) for x, name in (
+                (target_with_bonus_probs, "target_with_bonus_probs"), (draft_probs, "draft_probs")))
         return torch_step(
             target_with_bonus_probs,
             bonus_token_ids,
@@ -119,7 +129,8 @@ def speculative_step(
     # A built-in's rows are checked by the core as it reads them (one pass across the boundary);
     # a custom divergence's here, before its π is solved row by row in Python.
     p, bonus, q, draft = _check_step_inputs(
-        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=div.compiled is None
+        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=div.compiled is None,
+        normalize=normalize,
     )
     B, k, V = q.shape
     budgets = _step_budgets(budget, B, k)
@@ -136,15 +147,22 @@ def speculative_step(
         out, bad, status, pos, stats = _core.verify(
             p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
             u.reshape(-1), budgets.reshape(-1), div.compiled, zeros == "keep", 1, threads_arg(threads), False,
-            *(sum_rtol(d, False) for d in dtypes),
+            *(sum_rtol(d, normalize) for d in dtypes),
         )
+        if bad >= 0 and normalize and status == _BAD_VALUE and _row_error("", dtypes[0], stats[:3], "", True) is None \
+                and _row_error("", dtypes[1], stats[3:], "", True) is None:
+            # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
+            # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
+            p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
+            return speculative_step(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, uniforms=u,
+                                    threads=threads, zeros=zeros, normalize=True)
         if bad >= 0:
-            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes)
+            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes, normalize)
         return out
     if k == 0:
         return bonus.reshape(B, 1).copy()
     # A custom divergence: π in Python (its f is a Python callable), then the accept/residual step.
-    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros)
+    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
     pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=dtype)
     out, status = _core.speculative_step(pi, q, draft, bonus, u, threads_arg(threads))
     if np.any(status):  # ids were checked above; the core checks again
@@ -162,14 +180,17 @@ _STEP_STATUS = {
 }
 
 
-def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None) -> ValueError:
-    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``.
+def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None, normalize=False,
+                names=("target_with_bonus_probs", "draft_probs")) -> ValueError:
+    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``
+    (``where(b, j)`` names the place: "(b, j) = (1, 0)").
 
     With the failing rows' numbers (``stats``: Σ, min, max of the target row, then of the draft row)
-    and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side."""
+    and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side
+    (``names``) and whether sums were checked (``normalize``: only that each is positive)."""
     if stats is not None and int(status) in _ROW_STATUSES:
-        for name, dtype, x in zip(("target_with_bonus_probs", "draft_probs"), dtypes, (stats[:3], stats[3:])):
-            err = _row_error(name, dtype, x, f"row (b, j) = ({b}, {j})")
+        for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
+            err = _row_error(name, dtype, x, f"row {where(b, j)}", normalize)
             if err is not None:
                 return err
     msg = _STEP_STATUS.get(int(status), "core failure (status {status}) at {where}")
@@ -177,9 +198,10 @@ def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dty
 
 
 _ROW_STATUSES = (2, 3, 6)  # zero_row, bad_value, off_sum (speculative.hpp, StepStatus)
+_BAD_VALUE = 3
 
 
-def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
+def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:
     """π for rows (R, V) with per-row budgets; ``zeros="keep"`` adds π_i = 0 where p_i = 0.
 
     With f∞ = ∞ the optimum never puts mass there. With f∞ < ∞, a row whose optimum went past the
@@ -188,7 +210,7 @@ def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
     nondecreasing along the curve and the finite part is within budget
     (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0.
     """
-    sol = solve(p2, q2, divergence=div, budget=budgets, threads=threads)
+    sol = solve(p2, q2, divergence=div, budget=budgets, threads=threads, normalize=normalize)
     pi = sol.pi
     if zeros == "keep" and np.isfinite(div.f_inf):
         redo = np.flatnonzero(np.isinf(np.atleast_1d(sol.t_hi)))
@@ -196,8 +218,16 @@ def solve_pi(p2, q2, div, budgets, threads, zeros) -> np.ndarray:
             pr, qr = p2[redo], q2[redo]
             zero = pr == 0
             q0 = np.where(zero, qr, 0).sum(-1, dtype=np.float64) / qr.sum(-1, dtype=np.float64)
-            again = solve(pr, qr, divergence=div, acceptance=np.clip(1.0 - q0, 0.0, 1.0), threads=threads).pi
+            again = solve(pr, qr, divergence=div, acceptance=np.clip(1.0 - q0, 0.0, 1.0), threads=threads, normalize=normalize).pi
             again[zero] = 0
             pi = np.array(pi, copy=True) if not pi.flags.writeable else pi
             pi[redo] = again
     return pi
+
+
+def _normalized_tensor(x, name: str):
+    """Rows of a tensor divided by their float64 sums, in its own dtype; rows summing to 0 refused."""
+    from ._validate import _check_tensor_rows
+
+    sums = _check_tensor_rows(x, name, normalize=True).reshape(x.shape[:-1] + (1,))
+    return x / sums.to(x.dtype)

@@ -489,3 +489,45 @@ def test_normalised_rows_whose_sums_the_core_cannot_invert_are_rescaled_first():
         np.testing.assert_allclose(got.pi, want, rtol=1e-12)
         with pytest.raises(ValueError, match="rows must sum to 1"):
             mentored.solve(p, q, divergence="kl", budget=0.05)
+
+
+def test_ctrl_c_reaches_a_long_verify():
+    # A Verifier call on 1024 × 131072 rows once ran to its end past a SIGINT (the batched solve
+    # stops between chunks of rows). Here 256 such rows, one thread. The measure is this thread's
+    # CPU time, which other processes do not inflate: when the signal's handler runs, the call must
+    # be far from done (an uninterruptible call runs it only once all its work is done).
+    import signal
+    import threading
+    import time
+
+    from mentored.serving import Verifier
+
+    rng = np.random.default_rng(0)
+    V, T = 131072, 256
+    p, q = llm_like(rng, V)
+    P, Q = np.tile(p.astype(np.float32), (T, 1)), np.tile(q.astype(np.float32), (T, 1))
+    u = np.zeros((T, 2))  # u0 = 0: every draft accepted, every position solved
+    args = np.full(T, int(np.argmax(q))), [1] * T, Q, P, np.zeros(T, dtype=np.int64)
+    ver = Verifier(V, divergence="kl", budget=0.1, threads=1)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    ver(*args, uniforms=u)
+    wall, whole = time.perf_counter() - wall, time.thread_time() - cpu
+    seen = {}
+
+    def handler(signum, frame):
+        seen["cpu"] = time.thread_time() - start
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    timer = threading.Timer(min(0.02, wall / 8), os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        start = time.thread_time()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            ver(*args, uniforms=u)
+            time.sleep(5)  # finished before the signal (it cannot be, but then it lands here)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert seen["cpu"] < whole / 2, (seen, whole)
+    assert ver(*args, uniforms=u).shape == (T, 2)  # and the verifier still works

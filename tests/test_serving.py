@@ -3,6 +3,8 @@ zeros, token-only drafters, seeded requests; and speculative_step's zeros= optio
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
@@ -547,7 +549,7 @@ def test_speculative_step_messages():
     for lib in (np.asarray, torch.as_tensor):
         with pytest.raises(ValueError, match=r"\(b, j\) = \(1, 1\)") as e:
             mentored.speculative_step(lib(P), lib(bonus), lib(bad), lib(draft))
-        assert "normalize" not in str(e.value)
+        assert "Pass normalize=True" in str(e.value)  # speculative_step takes it
         nan_bonus = P.copy()
         nan_bonus[0, 2, 0] = np.nan
         with pytest.raises(ValueError, match=r"NaN.*\(b, j\) = \(0, 2\)"):
@@ -616,3 +618,189 @@ def test_custom_divergences_on_torch_tensors(solver, monkeypatch, rng):
         want = _rs("numpy", d, n, draft_probs, p, bonus, divergence=div, budget=0.2, uniforms=u)
         got = _rs("torch", d, n, draft_probs, p, bonus, divergence=div, budget=0.2, uniforms=u)
         assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- rows that sum to 1 only to a tolerance
+
+
+def _exact_law(emit, q, V, iters=52):
+    """The law of the token emitted at a single draft position, exactly (to 2⁻⁵²), from the decisions
+    the code makes: ``emit(x, u)`` gives the tokens emitted by requests of one draft ``x[r]`` each on
+    uniforms ``u[r]`` (the same rows p, q in every request). The draft x has law q/Σq; its acceptance
+    probability is the length of {u0 : accepted} (an interval from 0), found by bisection; the token
+    of a rejection, an inverse CDF in u1, is nondecreasing in u1: the law of the residual is the
+    lengths between its steps, found by bisection too."""
+    x = np.arange(V)
+    lo, hi = np.zeros(V), np.ones(V)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        acc = emit(x, np.stack([mid, np.full(V, 0.5)], 1)) == x
+        lo, hi = np.where(acc, mid, lo), np.where(acc, hi, mid)
+    a = np.where(hi >= 1 - 2.0**-40, 1.0, lo)  # accepted up to u0 → 1: always
+    xs, steps = np.repeat(x, V - 1), np.tile(np.arange(1, V), V)
+    lo, hi = np.zeros(xs.size), np.ones(xs.size)
+    u0 = np.full(xs.size, 1 - 2.0**-53)  # a rejection wherever a < 1
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        past = emit(xs, np.stack([u0, mid], 1)) >= steps
+        lo, hi = np.where(past, lo, mid), np.where(past, mid, hi)
+    edges = np.concatenate([np.zeros((V, 1)), hi.reshape(V, V - 1), np.ones((V, 1))], 1)
+    residual = np.diff(edges, axis=1)
+    qn = q / q.sum()
+    return qn * a + (qn * (1 - a)) @ residual
+
+
+def _emitters(p, q, div, budget, dtype, **kw):
+    """emit(x, u) of each verification path, on rows p, q (one position); kw to each entry point."""
+    V = p.shape[0]
+    P, Q = p.astype(dtype), q.astype(dtype)
+
+    def rows(x):
+        R = x.size
+        return np.tile(Q, (R, 1)), np.tile(P, (R, 1)), np.zeros((R, 1), dtype=np.int64), [1] * R
+
+    def rs(backend):
+        def emit(x, u):
+            qq, pp, bonus, n = rows(x)
+            return _rs(backend, x, n, qq, pp, bonus, divergence=div, budget=budget, uniforms=u, **kw)[:, 0]
+        return emit
+
+    def verifier(x, u):
+        qq, pp, bonus, n = rows(x)
+        return Verifier(V, divergence=div, budget=budget, **kw)(x, n, qq, pp, bonus, uniforms=u)[:, 0]
+
+    def step(x, u):
+        R = x.size
+        pp = np.tile(P, (R, 2, 1))
+        return mentored.speculative_step(
+            pp, np.zeros((R, 1), dtype=np.int64), np.tile(Q, (R, 1, 1)), x[:, None], divergence=div, budget=budget,
+            uniforms=u[:, None, :], zeros="keep", **kw,
+        )[:, 0]
+
+    def torch_step(x, u):
+        R = x.size
+        return mentored.speculative_step(
+            torch.as_tensor(np.tile(P, (R, 2, 1))), torch.zeros((R, 1), dtype=torch.int64), torch.as_tensor(np.tile(Q, (R, 1, 1))),
+            torch.as_tensor(x[:, None]), divergence=div, budget=budget, uniforms=u[:, None, :], zeros="keep", **kw,
+        )[:, 0].numpy()
+
+    return {"numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step, "torch_step": torch_step}
+
+
+@pytest.mark.parametrize("path", ["numpy", "torch", "verifier", "speculative_step", "torch_step"])
+@pytest.mark.parametrize("budget", [0.0, 0.05])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_emitted_law_is_pi_on_rows_inside_the_sum_tolerance(path, budget, dtype):
+    # Rows summing to 1 ± 0.9 of the tolerance (1e-3 in float32, 1e-6 in float64) are taken, and π is
+    # solved for q/Σq: the accept test and the residual must read that q too (with the raw q the law
+    # was off π by TV 4.5e-4 at Σq = 1.0009).
+    rtol = {np.float32: 1e-3, np.float64: 1e-6}[dtype]
+    p = np.array([0.5, 0.3, 0.2, 0.0, 0.0]) * (1 - 0.9 * rtol)
+    q = np.array([0.1, 0.2, 0.1, 0.4, 0.2]) * (1 + 0.9 * rtol)
+    P, Q = p.astype(dtype), q.astype(dtype)
+    pi = mentored.solve(P, Q, divergence="kl", budget=budget).pi.astype(np.float64)
+    assert abs(Q.astype(np.float64).sum() - 1) > 0.5 * rtol
+    law = _exact_law(_emitters(p, q, "kl", budget, dtype)[path], Q.astype(np.float64), len(p))
+    assert_allclose(law, pi / pi.sum(), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "verifier"])
+def test_rows_off_one_are_refused_on_every_path(backend):
+    # A draft row summing to 2 once gave the law [0.750, 0.149, 0.101] for π = p = [0.5, 0.3, 0.2] on the
+    # Verifier's fast path (which checks no sums by default); rejection_sample refused it.
+    p = np.array([[0.5, 0.3, 0.2]])
+    for name, (qq, pp) in {"draft_probs": (2 * p[:, ::-1], p), "target_probs": (p[:, ::-1], 2 * p)}.items():
+        qq, pp = np.ascontiguousarray(qq), np.ascontiguousarray(pp)
+        args = (np.array([0]), [1], qq, pp, np.array([[1]]))
+        call = rejection_sample if backend == "numpy" else Verifier(3)
+        with pytest.raises(ValueError, match=rf"{name} rows must sum to 1.*sums to 2\.0.*normalize=True"):
+            call(*args, uniforms=np.array([[0.5, 0.5]]))
+
+
+def test_verifier_checks_sums_in_its_one_core_call(one_core_call):
+    p = np.array([[0.5, 0.3, 0.2]])
+    calls = one_core_call(refuse=("solve", "row_stats", "mentored.serving.rejection_sample"))
+    with pytest.raises(ValueError, match="draft_probs rows must sum to 1"):
+        Verifier(3, dtype=np.float64)(np.array([0]), [1], 2 * p, p, np.array([[1]]), uniforms=np.array([[0.5, 0.5]]))
+    assert len(calls) == 1
+
+
+def test_normalize_takes_rows_that_sum_to_a_constant():
+    # A float32 softmax widened to float64 sums to 1 ± 1.5e-5 at V = 152,064, past float64's tolerance:
+    # normalize=True takes such rows (as solve's does), and the law is π of the normalised rows.
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    for budget in (0.0, 0.1):
+        pi = mentored.solve(p, q, divergence="kl", budget=budget).pi
+        rows = p * (1 + 1.5e-5), q * 2
+        for path, emit in _emitters(*rows, "kl", budget, np.float64).items():
+            with pytest.raises(ValueError, match="normalize=True"):
+                emit(np.array([0]), np.array([[0.5, 0.5]]))
+        for path, emit in _emitters(*rows, "kl", budget, np.float64, normalize=True).items():
+            assert_allclose(_exact_law(emit, q, len(p)), pi, atol=1e-12, err_msg=path)
+
+
+
+# ---------------------------------------------------------------- arguments misread or ignored
+
+
+def _two_requests():
+    p = np.full((2, 4), 0.25)
+    return np.array([1, 2]), [1, 1], p, p
+
+
+@pytest.mark.parametrize("path", ["numpy", "torch", "verifier"])
+def test_bonus_ids_of_another_shape_are_refused(path):
+    # (B, 2) was flattened: request 1 got its neighbour's second column.
+    d, n, q, p = _two_requests()
+    u = np.array([[0.1, 0.5], [0.1, 0.5]])  # both drafts accepted: the bonus column is emitted
+    call = Verifier(4, dtype=np.float64) if path == "verifier" else rejection_sample
+    for bonus in (np.array([[0, 1], [2, 3]]), np.array([[[0]], [[1]]]), np.array(5)):
+        args = _to("torch" if path == "torch" else "numpy", d, q, p, bonus)
+        with pytest.raises(ValueError, match=rf"bonus_token_ids must have shape \(B,\) or \(B, 1\).*{re.escape(str(bonus.shape))}"):
+            call(args[0], n, args[1], args[2], args[3], uniforms=u)
+    for bonus in (np.array([3, 2]), np.array([[3], [2]])):
+        args = _to("torch" if path == "torch" else "numpy", d, q, p, bonus)
+        assert_array_equal(_np(call(args[0], n, args[1], args[2], args[3], uniforms=u)), [[1, 3], [2, 2]])
+
+
+@pytest.mark.parametrize("path", ["numpy", "torch", "verifier"])
+def test_generators_are_checked(path):
+    d, n, q, p = _two_requests()
+    call = Verifier(4, dtype=np.float64) if path == "verifier" else rejection_sample
+    d, q, p, bonus = _to("torch" if path == "torch" else "numpy", d, q, p, np.array([[0], [1]]))
+    for bad, error, msg in (
+        ({2: np.random.default_rng(0)}, ValueError, r"request index 2 is outside \[0, B\) = \[0, 2\)"),
+        ({-1: np.random.default_rng(0)}, ValueError, r"request index -1 is outside"),
+        ({0: 42}, TypeError, r"generators\[0\] \(request 0\) must be a numpy.random.Generator or torch.Generator, got int"),
+        ({"0": np.random.default_rng(0)}, TypeError, r"request index '0' is not an integer"),
+        ([np.random.default_rng(0)], TypeError, r"generators must be a dict"),
+    ):
+        with pytest.raises(error, match=msg):
+            call(d, n, q, p, bonus, generators=bad)
+    call(d, n, q, p, bonus, generators={1: np.random.default_rng(0), 0: torch.Generator().manual_seed(1)})
+
+
+def test_bool_and_float_token_ids_are_refused():
+    # numpy refused bool draft ids, torch took them as 0/1; the Verifier's fast path took numpy's too.
+    d, n, q, p = _two_requests()
+    bonus = np.array([[0], [1]])
+    for ids in (np.array([True, False]), np.array([1.0, 2.0])):
+        with pytest.raises(TypeError, match="integer"):
+            rejection_sample(torch.as_tensor(ids), n, torch.as_tensor(q), torch.as_tensor(p), torch.as_tensor(bonus))
+        with pytest.raises(TypeError, match="integer"):
+            rejection_sample(torch.as_tensor(ids), n, torch.as_tensor(q), torch.as_tensor(p), torch.as_tensor(bonus), validate=False)
+        with pytest.raises(TypeError, match="integer"):
+            Verifier(4, dtype=np.float64)(ids, n, q, p, bonus)
+        with pytest.raises(TypeError, match="integer"):
+            rejection_sample(d, n, q, p, torch.as_tensor(ids.reshape(2, 1)))
+
+
+def test_normalize_takes_rows_whose_sums_have_no_reciprocal():
+    # float64 rows summing below 2⁻¹⁰²⁴ (all entries denormal): the core cannot scale them by 1/Σ;
+    # normalize=True rescales them first, as solve does, on every path.
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    q = np.array([0.1, 0.2, 0.3, 0.4])
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    for path, emit in _emitters(p * 1e-310, q * 1e-310, "kl", 0.1, np.float64, normalize=True).items():
+        assert_allclose(_exact_law(emit, q, len(p)), pi, atol=1e-9, err_msg=path)

@@ -3,6 +3,7 @@
 // For each sequence b and draft position j = 0..k−1, with x = draft[b, j] drawn from q[b, j]:
 //     accept x  iff  u[b, j, 0] · q_x < π_x        (probability min(1, π_x/q_x) for u ~ U[0, 1)),
 //     else emit  the first i with  C_i > u[b, j, 1] · C_{V−1},   C_i = Σ_{l≤i} (π_l − q_l)₊
+// with q read as q/Σq, the row π was solved for (its sum is 1 only to a tolerance),
 //                (inverse CDF of the residual (π − q)₊ / Σ(π − q)₊), and stop the row.
 // The emitted token has law exactly π (docs/theory.md §2). Output row b: the accepted drafts, then the
 // residual token at the first rejection, then −1 at every later position; column k holds
@@ -72,18 +73,30 @@ std::int64_t inverse_cdf(const W& w, std::size_t V, double u) {
   return last;  // level ≥ the running sum only by rounding: the last token with mass
 }
 
-// Position j of a row: accept x iff u0·q_x < π_x; else the residual token. Returns the token and
-// whether x was accepted.
+// Position j of a row: accept x iff u0·q_x/Σq < π_x; else the residual token. Returns the token and
+// whether x was accepted. iq = 1/Σq, the scale the solve normalised q by: π answers q/Σq, so the
+// accept test and the residual (π − q/Σq)₊ read the same q (with raw q, a row inside the sum
+// tolerance would emit a law off π).
 template <class P, class T>
-std::int64_t decide(const P* pj, const T* qj, std::int64_t x, const double* u, std::size_t V, bool& accepted) {
-  accepted = u[0] * static_cast<double>(qj[x]) < static_cast<double>(pj[x]);
+std::int64_t decide(const P* pj, const T* qj, std::int64_t x, const double* u, std::size_t V, double iq, bool& accepted) {
+  accepted = u[0] * (static_cast<double>(qj[x]) * iq) < static_cast<double>(pj[x]);
   if (accepted) return x;
   const auto residual = [&](std::size_t i) {
-    return std::max(static_cast<double>(pj[i]) - static_cast<double>(qj[i]), 0.0);
+    return std::max(static_cast<double>(pj[i]) - static_cast<double>(qj[i]) * iq, 0.0);
   };
   std::int64_t y = inverse_cdf(residual, V, u[1]);
   if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, u[1]);
   return y;
+}
+
+// 1/Σq of a draft row as the solve scales it (OneShot::sums_check: the float64 sum of stats_pass),
+// 1 where Σq has no finite positive reciprocal (a row the solve would have refused).
+template <class T>
+double draft_scale(const T* q, std::size_t V) {
+  double stats[3];
+  stats_pass(q, V, stats);
+  const double iq = 1.0 / stats[0];
+  return stats[0] > 0.0 && iq < kInf ? iq : 1.0;
 }
 
 // One sequence; returns its status.
@@ -95,7 +108,7 @@ StepStatus speculative_row(const T* pi, const T* q, const std::int64_t* draft, s
     const std::int64_t x = draft[j];
     if (x < 0 || static_cast<std::size_t>(x) >= V) return StepStatus::bad_token;
     bool accepted;
-    out[j] = decide(pi + j * V, q + j * V, x, u + 2 * j, V, accepted);
+    out[j] = decide(pi + j * V, q + j * V, x, u + 2 * j, V, draft_scale(q + j * V, V), accepted);
     if (!accepted) return StepStatus::ok;
   }
   out[k] = bonus;
@@ -215,7 +228,8 @@ StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const
     const Status st = solve_position(row, f, pj, qj, V, eps[j * eps_step], keep, pi, RowCheck{check.rtol_p, check.rtol_q, stats});
     if (st != Status::ok) return step_error(st, j, stats, stats + 3);
     bool accepted;
-    out[j] = static_cast<O>(decide(pi, qj, draft[j], u + 2 * j, V, accepted));
+    // stats[3] = Σq as the solve read it: 1/Σq is the very scale it normalised q by.
+    out[j] = static_cast<O>(decide(pi, qj, draft[j], u + 2 * j, V, 1.0 / stats[3], accepted));
     if (accepted) continue;
     return check_rest(j + 1);
   }
@@ -226,44 +240,64 @@ StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const
 
 // A batch of B requests in the flattened layout: request b owns n[b] consecutive rows of q, draft,
 // u (2 per row) and eps (or one budget for all: eps_step = 0) from start_b = Σ_{c<b} n[c], and rows
-// start_b + b·extra of p (extra = 1
-// when p holds a bonus-position row after each request's drafts, as speculative_step's target
-// does; 0 otherwise). out [B, width]. Returns the first request that failed (B if none) and
-// its error. OpenMP over requests; each thread solves into its own scratch row.
-template <class T, class F, class O>
+// start_b + b·extra of p (extra = 1 when p holds a bonus-position row after each request's drafts,
+// as speculative_step's target does; 0 otherwise). out [B, width]. Returns the first request that
+// failed (B if none) and its error. On nt threads (batch_threads), OpenMP over requests; each
+// thread solves into its own scratch row.
+//
+// Requests go in chunks of at most max_rows rows (at least one request each); between chunks
+// `stop()` is asked whether to stop (the bindings check for signals there, Ctrl-C). A chunk with a
+// failed request ends the call: no later request can be the first to fail. Each thread's buffers
+// go back to kKeepTokens when the call ends, stopped or not.
+template <class T, class F, class O, class Stop>
 std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t* draft, const std::int64_t* n,
                          const std::int64_t* bonus, const double* u, const double* eps, std::size_t eps_step,
-                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int threads, O* out, std::size_t width, StepError& error,
-                         const StepCheck& check = {}) {
+                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int nt, O* out, std::size_t width,
+                         StepError& error, const StepCheck& check, std::size_t max_rows, const Stop& stop) {
   std::vector<std::size_t> start(B + 1, 0);
   for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(n[b]);
   std::vector<StepError> errors(B);
-  const int nt = batch_threads(threads, B, B ? start[B] * V / B : 0);
+  // Requests [b0, b1); trim: the call ends with them.
+  const auto run = [&](std::size_t b0, std::size_t b1, bool trim) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt) if (nt > 1)
 #endif
-  {
-    OneShot& row = thread_workspace();
-    static thread_local std::vector<T> scratch;
-    if (scratch.size() < V) scratch.resize(V);
+    {
+      OneShot& row = thread_workspace();
+      static thread_local std::vector<T> scratch;
+      if (scratch.size() < V) scratch.resize(V);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-    for (long long bb = 0; bb < static_cast<long long>(B); ++bb) {
-      const std::size_t b = static_cast<std::size_t>(bb), s = start[b];
-      errors[b] = verify_request(row, f, p + (s + b * extra) * V, q + s * V, draft + s, static_cast<std::size_t>(n[b]),
-                                 bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width, width,
-                                 check, extra == 1);
+      for (long long bb = static_cast<long long>(b0); bb < static_cast<long long>(b1); ++bb) {
+        const std::size_t b = static_cast<std::size_t>(bb), s = start[b];
+        errors[b] = verify_request(row, f, p + (s + b * extra) * V, q + s * V, draft + s, static_cast<std::size_t>(n[b]),
+                                   bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width,
+                                   width, check, extra == 1);
+      }
+      if (trim) {
+        row.trim(kKeepTokens);
+        if (scratch.size() > kKeepTokens) std::vector<T>().swap(scratch);
+      }
     }
-    row.trim(kKeepTokens);
-    if (scratch.size() > kKeepTokens) std::vector<T>().swap(scratch);
+  };
+  const auto rows = [&](std::size_t b0, std::size_t b1) { return start[b1] - start[b0] + (b1 - b0) * extra; };
+  for (std::size_t b0 = 0, b1; b0 < B; b0 = b1) {
+    b1 = b0 + 1;
+    while (b1 < B && rows(b0, b1 + 1) <= max_rows) ++b1;
+    run(b0, b1, b1 == B);
+    for (std::size_t b = b0; b < b1; ++b)
+      if (errors[b].status != StepStatus::ok) {
+        if (b1 < B) run(0, 0, true);
+        error = errors[b];
+        return b;
+      }
+    if (b1 < B && stop()) {
+      run(0, 0, true);  // stopped: the threads' buffers trimmed as a finished call leaves them
+      return B;
+    }
   }
   (void)nt;
-  for (std::size_t b = 0; b < B; ++b)
-    if (errors[b].status != StepStatus::ok) {
-      error = errors[b];
-      return b;
-    }
   return B;
 }
 
