@@ -39,11 +39,20 @@ def _is_torch(x) -> bool:
     return x is not None and type(x).__module__.startswith("torch")
 
 
+def _host_array(name, x, kinds, what):
+    """``x`` (a list, an array or a tensor) as a numpy array whose dtype is of ``kinds``: a count given
+    as 1.5 or a flag given as 2 is refused, not truncated or taken as true."""
+    a = np.asarray(x.tolist() if hasattr(x, "tolist") else x)
+    if a.size and a.dtype.kind not in kinds:
+        raise TypeError(f"{name} must hold {what}, got dtype {a.dtype}")
+    return a
+
+
 class _Plan:
     """Host-side bookkeeping of one call: who is where, and with which divergence and budget."""
 
     def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T):
-        n = np.asarray(num_draft_tokens.tolist() if hasattr(num_draft_tokens, "tolist") else num_draft_tokens, dtype=np.int64)
+        n = _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers").astype(np.int64)
         if n.ndim != 1 or n.shape[0] != B:
             raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape {n.shape}")
         if B and n.min() < 0:
@@ -58,7 +67,7 @@ class _Plan:
         if is_greedy is None:
             g = np.zeros(B, dtype=bool)
         else:
-            g = np.asarray(is_greedy.tolist() if hasattr(is_greedy, "tolist") else is_greedy, dtype=bool)
+            g = _host_array("is_greedy", is_greedy, "b", "booleans")
             if g.shape != (B,):
                 raise ValueError(f"is_greedy must have shape (B,) = ({B},), got {g.shape}")
         self.greedy = g

@@ -509,7 +509,7 @@ def test_inputs_are_checked():
         rejection_sample(**two, budget=[np.nan, 0.1])
 
 
-# ---------------------------------------------------------------- issue 18: torch extremes and messages
+# ---------------------------------------------------------------- torch extremes and messages
 
 
 def test_torch_solve_on_denormal_rows():
@@ -804,3 +804,16 @@ def test_normalize_takes_rows_whose_sums_have_no_reciprocal():
     pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
     for path, emit in _emitters(p * 1e-310, q * 1e-310, "kl", 0.1, np.float64, normalize=True).items():
         assert_allclose(_exact_law(emit, q, len(p)), pi, atol=1e-9, err_msg=path)
+
+
+def test_counts_and_flags_of_another_kind_are_refused():
+    # num_draft_tokens = [1.5, 0.5] was read as [1, 0] and is_greedy = [2, 0] as [True, False].
+    d, n, q, p = _two_requests()
+    bonus = np.array([[0], [1]])
+    for bad in (np.array([1.5, 0.5]), [True, True], torch.tensor([1.0, 1.0])):
+        with pytest.raises(TypeError, match=r"num_draft_tokens must hold integers, got dtype"):
+            rejection_sample(d, bad, q, p, bonus)
+    for bad in (np.array([2, 0]), [0.0, 1.0], torch.tensor([1, 0])):
+        with pytest.raises(TypeError, match=r"is_greedy must hold booleans, got dtype"):
+            rejection_sample(d, n, q, p, bonus, is_greedy=bad)
+    rejection_sample(d, torch.tensor(n), q, p, bonus, is_greedy=torch.tensor([True, False]))
