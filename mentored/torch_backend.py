@@ -580,11 +580,13 @@ def _row_sums(x: torch.Tensor, a: "torch.Tensor | None" = None) -> torch.Tensor:
     every h_i and partial sum of them is a multiple of ulp(σ)/2 below σ, so Σh is exact in any order,
     and |l_i| ≤ ulp(σ)/2, so that the plain Σl is off by about log₂V·V²u² of Σx (u = 2⁻⁵³: 1e-20 at
     V = 2¹⁷, against an ulp's 1.1e-16), and Σh + Σl rounds once. Six passes, no host sync; ``a``:
-    scratch of x's shape. Rows whose σ overflows (entries near DBL_MAX) take the plain sum.
+    scratch of x's shape. Rows whose σ overflows (entries near DBL_MAX) take the plain sum, and so do
+    rows whose σ would be denormal (σ = 0: h = x).
     """
-    grow = math.ceil(math.log2(x.shape[-1] + 2))
-    top = x.amax(-1, keepdim=True)
-    sigma = torch.ldexp(torch.ones_like(top), torch.frexp(top).exponent.add_(grow).clamp_(max=1023))  # top < 2^exponent
+    # σ: the power of two at or below 2^(g+1)·max x_i (its exponent bits), so σ > 2^g·max x_i ≥ (V + 2)·max x_i
+    g = math.ceil(math.log2(x.shape[-1] + 2))
+    top = x.amax(-1, keepdim=True).mul_(2.0 ** (g + 1))
+    sigma = top.view(torch.int64).bitwise_and_(_EXPONENT_BITS).view(torch.float64)
     h = torch.add(x, sigma, out=a).sub_(sigma)
     H = h.sum(-1)
     total = H + torch.sub(x, h, out=h).sum(-1)
@@ -628,6 +630,7 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
 
 
 _LOW29 = (1 << 29) - 1  # a double's mantissa bits that float32 does not keep
+_EXPONENT_BITS = 0x7FF0000000000000  # a double's exponent bits: of a normal x > 0, the power of two at or below x
 _FLT_MIN_BITS = 0x3810000000000000  # the bits of FLT_MIN as a double
 
 
