@@ -566,8 +566,8 @@ def _normalised(x: torch.Tensor, ws, slot: int) -> torch.Tensor:
     the core's p bit for bit: widened into workspace buffer ``slot``, then divided in place (a
     mixed-dtype division into ``out=`` is several times slower on a CPU); buffer 0 is scratch."""
     if ws is None:
-        x64 = x.to(torch.float64)
-        return x64.div_(_row_sums(x64)[:, None])
+        x64 = x.to(torch.float64)  # x itself if float64: divided out of place
+        return torch.div(x64, _row_sums(x64)[:, None])
     x64 = ws.take(slot).copy_(x)
     return x64.div_(_row_sums(x64, ws.take(0))[:, None])
 

@@ -295,6 +295,15 @@ def test_the_targets_zeros_get_no_mass_they_may_not_have(div, dtype, device_code
                     np.testing.assert_array_equal(sol.pi.numpy(), core, err_msg=f"{where}, mentored.solve")
 
 
+def test_the_device_path_leaves_its_inputs_alone(rng, monkeypatch):
+    monkeypatch.setattr(tb, "_CORE_DEVICES", ())
+    p, q = (torch.from_numpy(x * 1.0000001) for x in _rows(rng))  # float64 rows to be normalised
+    before = p.clone(), q.clone()
+    mentored.solve(p, q, divergence="kl", budget=0.05)
+    mentored.solve(p, q, divergence="kl", budget=0.05, normalize=True)
+    assert torch.equal(p, before[0]) and torch.equal(q, before[1])
+
+
 def test_row_sums_are_correctly_rounded(rng):
     # the sums the device path normalises by: as the core's compensated sums, not a plain sum's ulp off
     from fractions import Fraction
