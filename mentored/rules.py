@@ -36,6 +36,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,8 +100,6 @@ def _lenience(p, q, *, lam):
     empty; rejection (possible for :math:`\lambda > 1`) then samples :math:`p`, the usual fallback,
     which keeps the rule lossless on :math:`p = q`.
     """
-    if not lam > 0:
-        raise ValueError(f"lam must be positive, got {lam}")
     accept = _ratio_accept(p / lam, q)
     residual = np.maximum(p - q, 0.0)
     if residual.sum() <= 0:
@@ -123,8 +122,6 @@ def _cactus(p, q, *, delta):
     :math:`a_x = 1`, where the residual is never used. :math:`H_x` sums to 1, so :math:`Z_x \ge q_x -
     \gamma_x > 0` whenever rejection is possible. At :math:`p_x = 1`, :math:`H_x = \delta_x = p`.
     """
-    if not delta >= 0:
-        raise ValueError(f"delta must be nonnegative, got {delta}")
     gamma = np.clip(p + np.sqrt(2.0 * delta * p * np.maximum(1.0 - p, 0.0)), 0.0, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(p < 1.0, (1.0 - gamma) / np.where(p < 1.0, 1.0 - p, 1.0), 0.0)
@@ -208,9 +205,6 @@ def _topk(p, q, *, k):
     tied with the k-th is in (the set is order-independent and may exceed k). The residual is empty only
     if :math:`T = \{i\}` with :math:`q_i = 1`; then no draft is ever rejected and :math:`\pi = q`.
     """
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
     kth = np.sort(p)[::-1][min(k, p.size) - 1]
     top = (p >= kth).astype(np.float64)
     return _mix(q, top, np.maximum(top - q, 0.0))
@@ -218,8 +212,6 @@ def _topk(p, q, *, k):
 
 def _interp(p, q, *, alpha):
     r"""Reference line [7]_: verify against the interpolation :math:`\alpha q + (1 - \alpha) p`, :math:`\alpha \in [0, 1]`."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     return _verify(alpha * q + (1.0 - alpha) * p, q)
 
 
@@ -235,18 +227,53 @@ _RULES = {
     "interp": _interp,
 }
 
-#: Rule name → the names of its knobs (keyword arguments of :func:`output_law`).
-RULES = {
-    "standard": (),
-    "lenience": ("lam",),
-    "cactus": ("delta",),
-    "typical": ("posterior_threshold", "posterior_alpha"),
-    "cascade_opt": ("alpha",),
-    "cascade_tok": ("alpha",),
-    "fuzzy": ("threshold",),
-    "topk": ("k",),
-    "interp": ("alpha",),
+
+@dataclass(frozen=True)
+class _Knob:
+    """The values a knob may take: a real number (an integer if ``integer``) in [lo, hi], an end
+    excluded where ``open_lo``/``open_hi``; NaN never. ±inf belongs only where the interval reaches it
+    and means the rule's limit there (``cascade_opt`` at α = −∞ is lossless, at +∞ always π = q)."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    open_lo: bool = False
+    open_hi: bool = False
+    integer: bool = False
+
+    def domain(self) -> str:
+        if self.integer:
+            return f"an integer ≥ {self.lo:g}"
+        return f"a number in {'(' if self.open_lo else '['}{self.lo:g}, {self.hi:g}{')' if self.open_hi else ']'}"
+
+    def value(self, rule: str, name: str, x) -> float | int:
+        """``x`` as the rule computes with it (a float, or an int), or a ValueError naming both."""
+        # bool is an int to Python (and np.bool_ a number to numpy): refused, as strings and arrays are
+        kind = numbers.Integral if self.integer else numbers.Real
+        if not isinstance(x, kind) or isinstance(x, (bool, np.bool_)):
+            raise ValueError(f"rule {rule!r}: {name} must be {self.domain()}, got {x!r} ({type(x).__name__})")
+        v = int(x) if self.integer else float(x)
+        # NaN fails both comparisons
+        if not ((self.lo < v if self.open_lo else self.lo <= v) and (v < self.hi if self.open_hi else v <= self.hi)):
+            raise ValueError(f"rule {rule!r}: {name} must be {self.domain()}, got {v!r}")
+        return v
+
+
+_UNIT = _Knob(0.0, 1.0)
+#: Rule name → its knobs and the values each may take (checked by :func:`output_law`).
+_KNOBS = {
+    "standard": {},
+    "lenience": {"lam": _Knob(0.0, open_lo=True, open_hi=True)},
+    "cactus": {"delta": _Knob(0.0, open_hi=True)},  # δ = ∞ would make 0·∞ of γ at p_x ∈ {0, 1}
+    "typical": {"posterior_threshold": _Knob(0.0), "posterior_alpha": _Knob(0.0)},  # ∞: the other one alone
+    "cascade_opt": {"alpha": _Knob()},
+    "cascade_tok": {"alpha": _UNIT},
+    "fuzzy": {"threshold": _Knob()},  # below 0 (JSD's least): lossless, above log 2: always π = q
+    "topk": {"k": _Knob(1.0, integer=True)},
+    "interp": {"alpha": _UNIT},
 }
+
+#: Rule name → the names of its knobs (keyword arguments of :func:`output_law`).
+RULES = {rule: tuple(knobs) for rule, knobs in _KNOBS.items()}
 
 
 def output_law(rule: str, target, draft, **params):
@@ -277,7 +304,11 @@ def output_law(rule: str, target, draft, **params):
     target, draft : array_like, shape (n,) or (B, n)
         :math:`p` and :math:`q`, rows summing to 1 (computed in float64).
     **params
-        The rule's knobs, by name (``RULES[rule]``), scalars shared by all rows.
+        The rule's knobs, by name (``RULES[rule]``), real scalars shared by all rows: ``lam`` in
+        (0, ∞), ``delta`` in [0, ∞), ``posterior_threshold`` and ``posterior_alpha`` in [0, ∞],
+        ``alpha`` of ``cascade_tok`` and ``interp`` in [0, 1], ``alpha`` of ``cascade_opt`` and
+        ``threshold`` any (±∞: the rule's limits), ``k`` an integer ≥ 1. NaN, values outside these,
+        bools and non-numbers raise a ValueError naming the rule and the knob.
 
     Returns
     -------
@@ -302,6 +333,7 @@ def output_law(rule: str, target, draft, **params):
     missing = set(RULES[rule]) - set(params)
     if unknown or missing:
         raise TypeError(f"rule {rule!r} takes knobs {RULES[rule]}; got {tuple(params)}")
+    params = {name: knob.value(rule, name, params[name]) for name, knob in _KNOBS[rule].items()}
     p, q = as_pair(target, draft, False)
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)

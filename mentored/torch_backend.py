@@ -358,9 +358,13 @@ class _Rows:
         self.Clp = ps.masked_fill_(out_lo, 0.0).cumsum_(-1)
         self.Clq = qs.masked_fill_(out_lo, 0.0).cumsum_(-1)
         del ps, qs, out_lo
-        # TV = P_lo − Q_lo, the lower side's sums, as the core takes it (and g's value past the side)
+        # TV = P_lo − Q_lo, the lower side's sums, as the core takes it (and g's value past the side);
+        # D_up = Q_hi − P_hi from the upper side's own sums, as the core does: ≥ 0 however the sums
+        # round (q_i > p_i token by token), where TV − Q0 may round below 0 and hand the target's zeros
+        # a share z = (s − D_up)/Q0 > 0 of q at s = 0.
         self.tv = self.Clp[:, -1] - self.Clq[:, -1]
-        self.d_up = self.tv - self.q0
+        last_hi = (self.n_hi - 1).clamp(min=0)[:, None]
+        self.d_up = (self.Chq.gather(-1, last_hi) - self.Chp.gather(-1, last_hi))[:, 0].clamp_(min=0.0).masked_fill_(self.n_hi == 0, 0.0)
         # Breakpoints (token k itself adds r_k p_k − q_k = 0, so the inclusive sums serve).
         # Lower: g_k = r_k P_{<k} − Q_{<k}, nondecreasing on the lower side; t_lo solves
         # g(t) = TV − s. It is 0 on the upper side (no lower mass yet) and P_lo − Q_lo = TV, inf or NaN
@@ -379,10 +383,12 @@ class _Rows:
         return self.S[side].gather(-1, (V - 1 - j).clamp_(min=0)).masked_fill_(j >= V, 0.0)
 
     def s_max(self, zeros: str = "continue") -> torch.Tensor:
-        """The end of the curve: TV − Q0 where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep"), else TV."""
+        """The end of the curve: D_up where mass on {p = 0} is refused (f∞ = ∞, or zeros="keep") or
+        there is none (Q0 = 0), else TV; never past TV (TV and D_up + Q0 may differ by rounding)."""
+        end = torch.minimum(self.tv, self.d_up)
         if zeros == "keep" or math.isinf(self.forms.f_inf_tilde):
-            return torch.minimum(self.tv, self.d_up)
-        return self.tv
+            return end
+        return torch.where(self.q0 > 0, self.tv, end)
 
     def _at(self, s: torch.Tensor):
         """Thresholds and table entries at s (R, K): the dict of what π(s) and D(s) need.
@@ -454,7 +460,7 @@ class _Rows:
             n = good.sum(-1, keepdim=True)
             lo = torch.where(n[:, 0] > 0, pts.gather(-1, (n - 1).clamp(min=0))[:, 0], lo)
             hi = torch.where(n[:, 0] < K - 1, pts.gather(-1, n.clamp(max=K - 2))[:, 0], hi)
-        s = torch.where(ok_end, s_hi, lo)
+        s = torch.where(ok_end, s_hi, torch.minimum(lo, s_hi))  # (lo + (hi − lo)·frac may round past hi)
         return torch.where(eps <= 0, torch.zeros_like(s), s)
 
     def point(self, s: torch.Tensor) -> "_Point":
@@ -536,11 +542,10 @@ def _solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget
     forms = _torch_forms(divergence)
     if target.ndim != 2 or target.shape != draft.shape:
         raise ValueError(f"target and draft must be (R, V) tensors of one shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
-    sp_ = check_rows(target, "target")
-    sq_ = check_rows(draft, "draft")
-    # normalised and widened to float64 in one pass each (a float32 row divided by its float64 sum)
+    check_rows(target, "target")
+    check_rows(draft, "draft")
     ws = _workspace(target)
-    p, q = _normalised(target, sp_, ws, 9), _normalised(draft, sq_, ws, 10)
+    p, q = _normalised(target, ws, 9), _normalised(draft, ws, 10)
     R = p.shape[0]
     b = np.asarray(budget.cpu() if isinstance(budget, torch.Tensor) else budget, dtype=np.float64)
     if b.ndim and b.shape != (R,):
@@ -556,12 +561,36 @@ def _solve(target: torch.Tensor, draft: torch.Tensor, *, divergence="kl", budget
     return _as_output(pi, p, target.dtype, forms, ws)
 
 
-def _normalised(x: torch.Tensor, sums: torch.Tensor, ws, slot: int) -> torch.Tensor:
-    """x / sums per row, float64: widened into a workspace buffer, then divided in place (a mixed-dtype
-    division into ``out=`` is several times slower on a CPU); the same values as ``x / sums``."""
+def _normalised(x: torch.Tensor, ws, slot: int) -> torch.Tensor:
+    """x / Σx per row, float64, with Σx as the core sums it (``_row_sums``), so that π = p at s = 0 is
+    the core's p bit for bit: widened into workspace buffer ``slot``, then divided in place (a
+    mixed-dtype division into ``out=`` is several times slower on a CPU); buffer 0 is scratch."""
     if ws is None:
-        return torch.div(x, sums[:, None])
-    return ws.take(slot).copy_(x).div_(sums[:, None])
+        x64 = x.to(torch.float64)  # x itself if float64: divided out of place
+        return torch.div(x64, _row_sums(x64)[:, None])
+    x64 = ws.take(slot).copy_(x)
+    return x64.div_(_row_sums(x64, ws.take(0))[:, None])
+
+
+def _row_sums(x: torch.Tensor, a: "torch.Tensor | None" = None) -> torch.Tensor:
+    """Σ_i x_i per row of finite, nonnegative float64 rows (R, V), correctly rounded but for near-ties,
+    as the core's compensated sums are (a plain sum is off by an ulp or so, and so is every x_i/Σx).
+
+    Each row is split exactly as x = h + l, h_i = (σ + x_i) − σ: with σ a power of two past V·max x_i,
+    every h_i and partial sum of them is a multiple of ulp(σ)/2 below σ, so Σh is exact in any order,
+    and |l_i| ≤ ulp(σ)/2, so that the plain Σl is off by about log₂V·V²u² of Σx (u = 2⁻⁵³: 1e-20 at
+    V = 2¹⁷, against an ulp's 1.1e-16), and Σh + Σl rounds once. Six passes, no host sync; ``a``:
+    scratch of x's shape. Rows whose σ overflows (entries near DBL_MAX) take the plain sum, and so do
+    rows whose σ would be denormal (σ = 0: h = x).
+    """
+    # σ: the power of two at or below 2^(g+1)·max x_i (its exponent bits), so σ > 2^g·max x_i ≥ (V + 2)·max x_i
+    g = math.ceil(math.log2(x.shape[-1] + 2))
+    top = x.amax(-1, keepdim=True).mul_(2.0 ** (g + 1))
+    sigma = top.view(torch.int64).bitwise_and_(_EXPONENT_BITS).view(torch.float64)
+    h = torch.add(x, sigma, out=a).sub_(sigma)
+    H = h.sum(-1)
+    total = H + torch.sub(x, h, out=h).sum(-1)
+    return torch.where(torch.isfinite(total), total, x.sum(-1))
 
 
 _FLT_MIN = float(torch.finfo(torch.float32).tiny)
@@ -601,6 +630,7 @@ def _as_output(pi: torch.Tensor, p: torch.Tensor, dtype, forms: _Forms, ws: "_Wo
 
 
 _LOW29 = (1 << 29) - 1  # a double's mantissa bits that float32 does not keep
+_EXPONENT_BITS = 0x7FF0000000000000  # a double's exponent bits: of a normal x > 0, the power of two at or below x
 _FLT_MIN_BITS = 0x3810000000000000  # the bits of FLT_MIN as a double
 
 
@@ -630,8 +660,7 @@ def solve_rows(p: torch.Tensor, q: torch.Tensor, divergence, eps: torch.Tensor, 
     ``divergence``: a name, a :class:`~mentored.Divergence` or its ``_Forms``.
     """
     ws = _workspace(p)
-    p = torch.div(p, p.sum(-1, keepdim=True), out=ws.take(9) if ws else None)
-    q = torch.div(q, q.sum(-1, keepdim=True), out=ws.take(10) if ws else None)
+    p, q = _normalised(p, ws, 9), _normalised(q, ws, 10)
     rows = _Rows(p, q, divergence, ws)
     point, p_zeros = rows.point(rows.search(eps, zeros)), rows.zeros
     del rows
@@ -785,11 +814,10 @@ def _solve_on_device(finish, target, draft, divergence, budget, acceptance, norm
         raise ValueError(f"target and draft must have the same shape, got {tuple(target.shape)} and {tuple(draft.shape)}")
     squeeze = target.ndim == 1
     t2, d2 = target.reshape(-1, target.shape[-1]), draft.reshape(-1, draft.shape[-1])
-    if normalize:
-        sums = [_check_normalizable(x, name) for x, name in ((t2, "target"), (d2, "draft"))]
-    else:
-        sums = [check_rows(t2, "target"), check_rows(d2, "draft")]
-    p, q = torch.div(t2, sums[0][:, None]), torch.div(d2, sums[1][:, None])
+    check_sums = _check_normalizable if normalize else check_rows
+    for x, name in ((t2, "target"), (d2, "draft")):
+        check_sums(x, name)
+    p, q = _normalised(t2, None, 0), _normalised(d2, None, 0)
     R = p.shape[0]
     rows = _Rows(p, q, forms)
     if budget is not None:

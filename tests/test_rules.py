@@ -312,3 +312,52 @@ def test_audit_fields_and_infinite_divergence():
     a = audit("lenience", p, q, divergence="kl", lam=0.5)
     assert np.isfinite(a.divergence_overspent) and a.divergence_overspent >= -1e-12
     assert_allclose(mentored.solve(p, q, divergence="kl", acceptance=a.acceptance).divergence, a.optimal_divergence, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Knobs: every value outside a rule's domain refused, naming the rule and the knob
+
+_ANY_KNOB = [np.nan, np.float32("nan"), "0.5", True, np.True_, None, [0.5]]  # never a knob's value
+_OUTSIDE = {  # per knob: values outside its domain
+    ("lenience", "lam"): [0, 0.0, -1.0, np.inf],
+    ("cactus", "delta"): [-1e-9, np.inf, -np.inf],
+    ("typical", "posterior_threshold"): [-0.1, -np.inf],
+    ("typical", "posterior_alpha"): [-0.1, -np.inf],
+    ("cascade_opt", "alpha"): [],
+    ("cascade_tok", "alpha"): [-0.1, 1.5, np.inf, -np.inf],
+    ("fuzzy", "threshold"): [],
+    ("topk", "k"): [0, -3, 2.5, 2.0, np.inf, np.int64(0)],
+    ("interp", "alpha"): [-0.1, 1.1, np.inf],
+}
+BAD_KNOBS = [(rule, knob, bad) for (rule, knob), outside in _OUTSIDE.items() for bad in _ANY_KNOB + outside]
+
+
+def test_every_knob_has_its_bad_values():
+    assert set(_OUTSIDE) == {(rule, knob) for rule, knobs in RULES.items() for knob in knobs}
+
+
+@pytest.mark.parametrize(("rule", "knob", "bad"), BAD_KNOBS, ids=[f"{r}-{k}={b!r}" for r, k, b in BAD_KNOBS])
+def test_a_knob_outside_its_domain_is_refused_naming_rule_and_knob(rule, knob, bad):
+    p, q = _rows()[1]  # a truncated target: a NaN knob used to return a law and an acceptance here
+    kw = {**KNOBS[rule][0], knob: bad}
+    with pytest.raises(ValueError, match=rf"^rule '{rule}': {knob} must be "):
+        output_law(rule, p, q, **kw)
+    with pytest.raises(ValueError, match=rf"^rule '{rule}': {knob} must be "):
+        audit(rule, p, q, divergence="kl", **kw)
+
+
+@pytest.mark.parametrize(("rule", "kw"), [
+    ("typical", {"posterior_threshold": np.inf, "posterior_alpha": 0.3}),  # the entropy threshold alone
+    ("typical", {"posterior_threshold": 0.1, "posterior_alpha": np.inf}),
+    ("cascade_opt", {"alpha": np.float32(0.5)}),
+    ("fuzzy", {"threshold": np.inf}),
+    ("topk", {"k": np.int64(2)}),
+    ("cactus", {"delta": 0}),
+    ("interp", {"alpha": 1}),
+], ids=str)
+def test_knobs_at_the_ends_of_their_domains_and_numpy_scalars_are_taken(rule, kw):
+    p, q = _rows()[0]
+    pi, acc = output_law(rule, p, q, **kw)
+    assert np.all(pi >= 0) and abs(pi.sum() - 1) <= 1e-12 and 0 <= acc <= 1 + 1e-12
+    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in kw.items()}
+    assert_array_equal(pi, output_law(rule, p, q, **plain)[0])

@@ -3,6 +3,8 @@ the extreme rows of the sort keys, and no host synchronisation in the solve."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -247,3 +249,70 @@ def test_float32_rounding_on_denormal_targets_is_the_cores(rng):
                 core = mentored.solve(P, Q, divergence=div, budget=eps).pi
                 got = tb._solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=eps).numpy()
                 np.testing.assert_array_equal(got.view(np.int32), core.view(np.int32), err_msg=f"{div} {eps}")
+
+
+def _zero_heavy_rows(rng, dtype, V=64):
+    """One-hot and truncated targets (most p_i = 0) against drafts with mass everywhere, in ``dtype``."""
+    P, Q = [], []
+    for j in range(4):
+        p = np.zeros(V)
+        p[rng.integers(V)] = 1.0
+        P.append(p)
+        Q.append(rng.dirichlet(np.full(V, 0.5)))
+    for kind in ("top_k_target", "both_truncated", "top_k_target", "both_truncated"):
+        p, _ = instance(kind, rng, V)
+        P.append(p)
+        Q.append(rng.dirichlet(np.full(V, 0.5)))
+    return np.array(P, dtype=dtype), np.array(Q, dtype=dtype)
+
+
+@pytest.mark.parametrize("device_code", [False, True], ids=["cpu_code", "device_code"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("div", mentored.BUILTIN_NAMES)
+def test_the_targets_zeros_get_no_mass_they_may_not_have(div, dtype, device_code, rng, monkeypatch):
+    # D_up = Q_hi − P_hi is read from the upper side's sums: TV − Q0, rounded, fell below 0 and gave
+    # p = 0 tokens a share (s − D_up)/Q0 of q at s = 0 (5.6e-17 of mass, D = ∞ under kl).
+    if device_code:
+        monkeypatch.setattr(tb, "_host_reads", lambda x: False)
+    monkeypatch.setattr(tb, "_CORE_DEVICES", ())  # mentored.solve on CPU tensors: the device's solve too
+    P, Q = _zero_heavy_rows(rng, dtype)
+    one_hot = np.arange(len(P)) < 4
+    refuse_zeros = np.isinf(mentored.divergence(div).f_inf)
+    for zeros in ("keep", "continue"):
+        for budget in (0.0, 1e-300, 1e-9, 0.05, math.inf):
+            got = tb._solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=budget, zeros=zeros).numpy()
+            where = f"{div} {np.dtype(dtype).name} {zeros} budget {budget}"
+            if zeros == "keep" or refuse_zeros:
+                assert not got[P == 0].any(), where
+                # a one-hot target: nothing may move (the curve ends at s = D_up = 0), π = p exactly
+                np.testing.assert_array_equal(got[one_hot], P[one_hot], err_msg=where)
+            if budget == 0.0:  # π = p, rounded to the dtype as the core rounds it
+                core = mentored.solve(P, Q, divergence=div, budget=0.0).pi
+                np.testing.assert_array_equal(got, core, err_msg=where)
+                np.testing.assert_array_equal(got[one_hot], P[one_hot], err_msg=where)
+                if zeros == "continue":
+                    sol = mentored.solve(torch.from_numpy(P), torch.from_numpy(Q), divergence=div, budget=0.0)
+                    np.testing.assert_array_equal(sol.pi.numpy(), core, err_msg=f"{where}, mentored.solve")
+
+
+def test_the_device_path_leaves_its_inputs_alone(rng, monkeypatch):
+    monkeypatch.setattr(tb, "_CORE_DEVICES", ())
+    p, q = (torch.from_numpy(x * 1.0000001) for x in _rows(rng))  # float64 rows to be normalised
+    before = p.clone(), q.clone()
+    mentored.solve(p, q, divergence="kl", budget=0.05)
+    mentored.solve(p, q, divergence="kl", budget=0.05, normalize=True)
+    assert torch.equal(p, before[0]) and torch.equal(q, before[1])
+
+
+def test_row_sums_are_correctly_rounded(rng):
+    # the sums the device path normalises by: as the core's compensated sums, not a plain sum's ulp off
+    from fractions import Fraction
+
+    x = rng.dirichlet(np.full(3000, 0.3), size=40) * np.exp(rng.uniform(-30, 0, (40, 3000)))
+    x[::4, ::7] = 0.0
+    x[1::4] = x[1::4] ** 4  # entries over some 150 binades
+    got = tb._row_sums(torch.from_numpy(x)).numpy()
+    exact = np.array([float(sum(map(Fraction, row))) for row in x])  # rounded once, to nearest
+    np.testing.assert_array_equal(got, exact)
+    plain = torch.from_numpy(x).sum(-1).numpy()
+    assert (plain != exact).any()  # the rows do tell a plain sum from a correctly rounded one
