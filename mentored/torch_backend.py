@@ -685,9 +685,14 @@ def _aliases(ws: "_Workspace", *xs: torch.Tensor) -> bool:
 
 
 def _verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The accept/residual rule of ``cpp/mentored/speculative.hpp`` on (B, k, V) tensors."""
+    """The accept/residual rule of ``cpp/mentored/speculative.hpp`` on (B, k, V) tensors.
+
+    q is read as q/Σq, the row π was solved for (a row's sum is 1 only to a tolerance): with the raw
+    q, the emitted law of a row inside the tolerance would be off π."""
     B, k, V = q.shape
     pi64, q64 = pi.to(torch.float64), q.to(torch.float64)
+    if q64.numel():
+        q64 = q64 / _row_sums(q64.reshape(-1, V)).reshape(B, k, 1)
     idx = draft.unsqueeze(-1)
     pi_x, q_x = pi64.gather(-1, idx)[..., 0], q64.gather(-1, idx)[..., 0]
     accept = u[..., 0] * q_x < pi_x  # (B, k)

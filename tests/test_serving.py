@@ -684,10 +684,22 @@ def _emitters(p, q, div, budget, dtype, **kw):
             torch.as_tensor(x[:, None]), divergence=div, budget=budget, uniforms=u[:, None, :], zeros="keep", **kw,
         )[:, 0].numpy()
 
-    return {"numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step, "torch_step": torch_step}
+    def device_step(x, u):  # the torch algorithm that a GPU runs, here on the CPU (no numpy_step)
+        from mentored import torch_backend
+
+        R = x.size
+        return torch_backend.speculative_step(
+            torch.as_tensor(np.tile(P, (R, 2, 1))), torch.zeros((R, 1), dtype=torch.int64), torch.as_tensor(np.tile(Q, (R, 1, 1))),
+            torch.as_tensor(x[:, None]), divergence=div, budget=budget, uniforms=u[:, None, :], zeros="keep",
+        )[:, 0].numpy()
+
+    return {
+        "numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step, "torch_step": torch_step,
+        "device_step": device_step,
+    }
 
 
-@pytest.mark.parametrize("path", ["numpy", "torch", "verifier", "speculative_step", "torch_step"])
+@pytest.mark.parametrize("path", ["numpy", "torch", "verifier", "speculative_step", "torch_step", "device_step"])
 @pytest.mark.parametrize("budget", [0.0, 0.05])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_emitted_law_is_pi_on_rows_inside_the_sum_tolerance(path, budget, dtype):
