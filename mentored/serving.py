@@ -546,21 +546,24 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         P = p if rnd.size == T else p[ri]
         u0 = u[ri, 0]
         if q is None:
-            px = P.gather(-1, xs)[:, 0].to(torch.float64) / P.sum(-1, dtype=torch.float64)  # p_x of p/Σp
+            from .torch_backend import _row_sums
+
+            px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
             a = torch.empty_like(px)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else dev(idx)
                 a[sel] = _onehot_torch(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
             accept[ri] = real & (u0 < a)
         else:
-            from .torch_backend import _Point
+            from .torch_backend import _Point, _row_sums
 
             Q = q if rnd.size == T else q[ri]
             # Only the thresholds of each row are kept (six numbers): π_x for the acceptance test
             # here, whole rows of π only where a request rejected (below). Rows are normalised in
-            # float64 (as the core does) where they are solved; elsewhere only their sums are needed.
-            sp = P.sum(-1, dtype=torch.float64)
-            sq = Q.sum(-1, dtype=torch.float64)
+            # float64 (as the core does) where they are solved; elsewhere only their sums are needed,
+            # summed as the core sums them (_row_sums: a plain sum is an ulp off, and so is p/Σp).
+            sp = _row_sums(P.to(torch.float64))
+            sq = _row_sums(Q.to(torch.float64))
             # Rows at budget 0 need no solve (π = p); the budgets are on the host, so this costs no sync.
             point = _Point.identity(rnd.size, P)
             for div, idx in plan.groups:
