@@ -12,7 +12,6 @@ from numpy.testing import assert_allclose
 import mentored
 from mentored.certificate import dual_bound
 from mentored.oracle import oracle_solve
-from mentored.symbolic import NumericCheckWarning
 from mentored.testing import KINDS, budgets_for, instance
 
 T = sp.Symbol("t", positive=True)
@@ -25,17 +24,8 @@ CUSTOM = {
 
 
 @pytest.fixture(scope="module")
-def custom():
-    return {k: from_sympy(e, name=k) for k, e in CUSTOM.items()}
-
-
-def from_sympy(f, name=None):
-    """A custom divergence; sympy solves f'(t) = y for all of CUSTOM but Jeffreys' (a Lambert W), whose
-    conjugate is then found by bisection, and a warning says so."""
-    if f == (T - 1) * sp.log(T):
-        with pytest.warns(NumericCheckWarning, match=r"f\* and \(f'\)\^-1 are computed by bisection"):
-            return mentored.Divergence.from_sympy(f, T, name=name)
-    return mentored.Divergence.from_sympy(f, T, name=name)
+def custom(custom_divergence):
+    return {k: custom_divergence(e, T, name=k) for k, e in CUSTOM.items()}
 
 
 def brute_dual(div, p, q, budget, lam, mu):

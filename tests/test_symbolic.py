@@ -28,17 +28,8 @@ GRID = np.concatenate([[1e-9, 1e-3, 0.1, 0.5], 1 + np.array([-1e-6, 0, 1e-6]), [
 
 
 @pytest.fixture(scope="module")
-def custom():
-    return {k: from_sympy(e, name=k) for k, e in CUSTOM.items()}
-
-
-def from_sympy(f, name=None):
-    """A custom divergence; sympy solves f'(t) = y for all of CUSTOM but Jeffreys' (a Lambert W), whose
-    conjugate is then found by bisection, and a warning says so."""
-    if f == (T - 1) * sp.log(T):
-        with pytest.warns(NumericCheckWarning, match=r"f\* and \(f'\)\^-1 are computed by bisection"):
-            return mentored.Divergence.from_sympy(f, T, name=name)
-    return mentored.Divergence.from_sympy(f, T, name=name)
+def custom(custom_divergence):
+    return {k: custom_divergence(e, T, name=k) for k, e in CUSTOM.items()}
 
 
 def numeric_sup(f, y):
