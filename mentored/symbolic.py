@@ -574,7 +574,10 @@ def _conjugate(f, fp, t, f0, fprime0, f_inf):
     fd = _lambdify(fp, t)
     samples = [s for s in (0.25, 1.0, 3.0) if np.isfinite(fd(np.array(s)))]
     try:
-        sols = sp.solve(sp.Eq(fp, Y), t)
+        # simplify=False, check=False: sympy's own simplification and check of every root can run for
+        # minutes (Lambert W roots); each root is checked numerically below, and the one that inverts
+        # f' is simplified, once.
+        sols = sp.solve(sp.Eq(fp, Y), t, simplify=False, check=False)
     except Exception:
         return None, None, None
     inverse = None
@@ -637,7 +640,9 @@ def _limit(progress, name, expr, t, point, side):
     def symbolic():
         return _float(sp.limit(expr, t, point, side))
 
-    v = _try(symbolic)
+    # sympy's limit of a kinked expression (Max, Heaviside, …: f was not split into smooth pieces)
+    # can run for minutes; the values at t = 2^(∓2^j) decide it instead, as for any undecided limit.
+    v = None if expr.has(*_NONSMOOTH, sp.DiracDelta) else _try(symbolic)
     if v is None:
         v = _series_limit(expr, t, point == sp.oo, progress)
         if v is None:
