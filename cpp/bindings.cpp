@@ -465,6 +465,52 @@ class PyPath {
   mutable std::vector<bool> ready_;
 };
 
+// The names of the statuses Python reads and the modes it passes, exported as enums so that Python
+// compares against members and never mirrors an integer. A switch without default over each enum,
+// with -Wswitch an error here: an enumerator added in C++ and not named below stops the build.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+const char* enum_name(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::zero_row: return "zero_row";
+    case Status::bad_value: return "bad_value";
+    case Status::unreachable: return "unreachable";
+    case Status::off_sum: return "off_sum";
+  }
+  return nullptr;  // an integer past the last enumerator
+}
+
+const char* enum_name(StepStatus s) {
+  switch (s) {
+    case StepStatus::ok: return "ok";
+    case StepStatus::bad_token: return "bad_token";
+    case StepStatus::zero_row: return "zero_row";
+    case StepStatus::bad_value: return "bad_value";
+    case StepStatus::unreachable: return "unreachable";
+    case StepStatus::bad_bonus: return "bad_bonus";
+    case StepStatus::off_sum: return "off_sum";
+  }
+  return nullptr;
+}
+
+const char* enum_name(Mode s) {
+  switch (s) {
+    case Mode::budget: return "budget";
+    case Mode::acceptance: return "acceptance";
+  }
+  return nullptr;
+}
+#pragma GCC diagnostic pop
+
+// Members 0, 1, ... up to the first integer without a name (the enums are numbered from 0 without
+// gaps; tests/test_structure.py checks the members against the headers).
+template <class E>
+void export_enum(py::module_& m, const char* name, const char* doc) {
+  py::enum_<E> e(m, name, doc);
+  for (int v = 0; enum_name(static_cast<E>(v)); ++v) e.value(enum_name(static_cast<E>(v)), static_cast<E>(v));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -473,6 +519,11 @@ PYBIND11_MODULE(_core, m) {
   // The built-in generators; every binding that takes a code takes a member (or its int value).
   py::enum_<Generator> generators(m, "Generator");
   for (int g = 0; g < kGeneratorCount; ++g) generators.value(kGeneratorNames[g], static_cast<Generator>(g));
+  // Per-row statuses of solve and solve_custom (path.hpp), the status of verify (speculative.hpp),
+  // and the mode solve takes; the core returns and takes their int values.
+  export_enum<Status>(m, "Status", "Status of a row solved by solve / solve_custom (path.hpp).");
+  export_enum<StepStatus>(m, "StepStatus", "Status of verify at its first failing request (speculative.hpp).");
+  export_enum<Mode>(m, "Mode", "What solve's values are: budgets ε or acceptances a (solve.hpp).");
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());

@@ -61,6 +61,28 @@ class Generator(enum.IntEnum):
     hellinger = 5
     js = 6
 
+# The int values of solve's per-row statuses (path.hpp), of verify's status (speculative.hpp) and of
+# solve's mode (solve.hpp): the core returns and takes ints; Python compares with member.value.
+class Status(enum.IntEnum):
+    ok = 0
+    zero_row = 1
+    bad_value = 2
+    unreachable = 3
+    off_sum = 4
+
+class StepStatus(enum.IntEnum):
+    ok = 0
+    bad_token = 1
+    zero_row = 2
+    bad_value = 3
+    unreachable = 4
+    bad_bonus = 5
+    off_sum = 6
+
+class Mode(enum.IntEnum):
+    budget = 0
+    acceptance = 1
+
 def generator_f(code: int, t: float) -> float: ...
 def generator_f_array(code: int, t: _F64) -> _F64: ...
 def generator_f_inf(code: int) -> float: ...

@@ -14,8 +14,6 @@ from .divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
 
-_UNREACHABLE = 3  # the one status of the core for a row whose entries and sums pass (path.hpp, Status)
-
 
 @dataclass(frozen=True)
 class Solution:
@@ -224,10 +222,11 @@ def solve(
     p2 = np.ascontiguousarray(p2, dtype=dtype)
     q2 = np.ascontiguousarray(q2, dtype=dtype)
     rows = p2.shape[0]
-    if budget is not None:
-        mode, values = 0, per_row(budget, rows, "budget")
+    by_budget = budget is not None
+    if by_budget:
+        mode, values = _core.Mode.budget.value, per_row(budget, rows, "budget")
     else:
-        mode, values = 1, per_row(acceptance, rows, "acceptance", upper=1.0)
+        mode, values = _core.Mode.acceptance.value, per_row(acceptance, rows, "acceptance", upper=1.0)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
     rtols = sum_rtol(p.dtype, normalize), sum_rtol(q.dtype, normalize)
     if div.compiled is not None:
@@ -246,19 +245,19 @@ def solve(
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
-        if status[r] == _UNREACHABLE:
+        if status[r] == _core.Status.unreachable.value:  # the one status of a row whose entries and sums pass
             raise ValueError(
                 f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
                 f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
         raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
-    if mode == 0:
+    if by_budget:
         binding = res[:, 0] < res[:, 5]
     else:
         binding = np.ones(rows, dtype=bool)
     sol = _finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
     if check:
-        _check(sol, p2, q2, div, res[:, 4] if mode == 1 else values, mode == 0)
+        _check(sol, p2, q2, div, values if by_budget else res[:, 4], by_budget)
     return sol
 
 

@@ -21,7 +21,7 @@ from ._validate import _floats, check_sums, per_row, row_stats, sum_rtol
 from .divergences import _NP, Divergence, _TorchOps, divergence as _divergence
 from . import _core
 from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros, _row_error
-from .speculative import _BAD_VALUE, _step_error, solve_pi
+from .speculative import _step_error, solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -749,9 +749,9 @@ class Verifier:
         n = np.asarray(num_draft_tokens, dtype=np.int64)
         x = int(np.asarray(draft).reshape(-1)[int(n[:bad].sum()) + pos])
         dtypes = (target_probs.dtype, draft_probs.dtype)
-        if (status == 1 and x == PLACEHOLDER_TOKEN_ID) or (
+        if (status == _core.StepStatus.bad_token.value and x == PLACEHOLDER_TOKEN_ID) or (
             # normalised rows whose float64 sum has no reciprocal: rejection_sample rescales them
-            self.normalize and status == _BAD_VALUE and all(_row_error("", d, st, "", True) is None for d, st in zip(dtypes, (stats[:3], stats[3:])))
+            self.normalize and status == _core.StepStatus.bad_value.value and all(_row_error("", d, st, "", True) is None for d, st in zip(dtypes, (stats[:3], stats[3:])))
         ):
             return self._fallback(draft, n, draft_probs, target_probs, bonus_token_ids, None, None, u)
         raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"(request {b}, position {j})", stats, dtypes,

@@ -149,7 +149,7 @@ def speculative_step(
             u.reshape(-1), budgets.reshape(-1), div.compiled, zeros == "keep", 1, threads_arg(threads), False,
             *(sum_rtol(d, normalize) for d in dtypes),
         )
-        if bad >= 0 and normalize and status == _BAD_VALUE and _row_error("", dtypes[0], stats[:3], "", True) is None \
+        if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and _row_error("", dtypes[0], stats[:3], "", True) is None \
                 and _row_error("", dtypes[1], stats[3:], "", True) is None:
             # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
             # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
@@ -171,13 +171,15 @@ def speculative_step(
 
 
 _STEP_STATUS = {
-    1: "draft_token_ids: an id outside [0, {V}) at {where}",
-    2: "a row of the target or draft probabilities sums to zero at {where}",
-    3: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
-    4: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
-    5: "bonus_token_ids: an id outside [0, {V}) at {where}",
-    6: "a row of the target or draft probabilities does not sum to 1 at {where}",
+    _core.StepStatus.bad_token: "draft_token_ids: an id outside [0, {V}) at {where}",
+    _core.StepStatus.zero_row: "a row of the target or draft probabilities sums to zero at {where}",
+    _core.StepStatus.bad_value: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
+    _core.StepStatus.unreachable: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
+    _core.StepStatus.bad_bonus: "bonus_token_ids: an id outside [0, {V}) at {where}",
+    _core.StepStatus.off_sum: "a row of the target or draft probabilities does not sum to 1 at {where}",
 }
+# The statuses of a refused row, whose stats give the message of the Python checks.
+_ROW_STATUSES = (_core.StepStatus.zero_row, _core.StepStatus.bad_value, _core.StepStatus.off_sum)
 
 
 def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None, normalize=False,
@@ -188,17 +190,14 @@ def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dty
     With the failing rows' numbers (``stats``: Σ, min, max of the target row, then of the draft row)
     and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side
     (``names``) and whether sums were checked (``normalize``: only that each is positive)."""
-    if stats is not None and int(status) in _ROW_STATUSES:
+    member = _core.StepStatus(int(status))  # verify returns the int value
+    if stats is not None and member in _ROW_STATUSES:
         for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
             err = _row_error(name, dtype, x, f"row {where(b, j)}", normalize)
             if err is not None:
                 return err
-    msg = _STEP_STATUS.get(int(status), "core failure (status {status}) at {where}")
-    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=status))
-
-
-_ROW_STATUSES = (2, 3, 6)  # zero_row, bad_value, off_sum (speculative.hpp, StepStatus)
-_BAD_VALUE = 3
+    msg = _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
+    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status)))
 
 
 def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:

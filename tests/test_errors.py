@@ -100,7 +100,7 @@ def test_the_core_refuses_what_slips_past_python():
     pi, res, status, stats = mentored._core.solve(
         np.array([[0.5, -0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1]), 1
     )
-    assert status[0] == 2
+    assert status[0] == mentored._core.Status.bad_value.value
     np.testing.assert_array_equal(stats, [[0.0, -0.5, 0.5, 1.0, 0.5, 0.5]])  # why: Σ, min and max per side
     with pytest.raises(ValueError, match="one budget or acceptance per row"):
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1, 0.2]), 1)
@@ -175,7 +175,7 @@ def test_a_core_status_after_validation_is_a_bug_not_bad_input(monkeypatch):
 
     def refuse(*args):
         pi, res, status, stats = real(*args)
-        status[:] = 2
+        status[:] = mentored._core.Status.bad_value.value
         return pi, res, status, stats
 
     monkeypatch.setattr(mentored._core, "solve", refuse)

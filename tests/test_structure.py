@@ -224,3 +224,115 @@ def test_the_version_is_written_once():
     written = re.findall(r'^__version__ = "([^"]+)"$', MODULES["__init__"].read_text(encoding="utf-8"), re.M)
     assert written == [mentored.__version__]
     assert importlib.metadata.version("mentored") == mentored.__version__
+
+
+# The enums of the compiled core: written once, in the C++ headers; the bindings export them (and the
+# stub lists them), and Python compares against their members instead of mirroring an integer.
+_CPP = PACKAGE.parent / "cpp" / "mentored"
+_EXPORTED_ENUMS = ("Generator", "Status", "StepStatus", "Mode")
+
+
+def _header_enums() -> dict[str, dict[str, int]]:
+    """``enum class E : int { name = value, ... }`` of the headers, comments left out."""
+    import re
+
+    enums = {}
+    for header in sorted(_CPP.glob("*.hpp")):
+        text = re.sub(r"//[^\n]*", "", header.read_text(encoding="utf-8"))
+        for name, body in re.findall(r"enum class (\w+) : int \{(.*?)\};", text, re.S):
+            enums[name] = {k: int(v) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
+    return enums
+
+
+def _stub_enums() -> dict[str, dict[str, int]]:
+    tree = ast.parse((PACKAGE / "_core.pyi").read_text(encoding="utf-8"))
+    return {
+        node.name: {s.targets[0].id: s.value.value for s in node.body if isinstance(s, ast.Assign)}
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("IntEnum") for b in node.bases)
+    }
+
+
+def test_the_core_exports_the_enums_of_its_headers():
+    """Names and values of each exported enum are those of its C++ header, in the module and the stub."""
+    from mentored import _core
+
+    header, stub = _header_enums(), _stub_enums()
+    assert set(_EXPORTED_ENUMS) <= set(header), f"enums not found in cpp/mentored/*.hpp: {set(_EXPORTED_ENUMS) - set(header)}"
+    assert set(stub) == set(_EXPORTED_ENUMS)
+    for name in _EXPORTED_ENUMS:
+        module = {k: int(v) for k, v in getattr(_core, name).__members__.items()}
+        assert module == header[name], f"_core.{name} {module} differs from the header's {header[name]}"
+        assert stub[name] == header[name], f"mentored/_core.pyi's {name} {stub[name]} differs from the header's {header[name]}"
+
+
+def _mirrored_enums(source: str) -> list[str]:
+    """Places where Python writes a core status or mode as a literal integer instead of reading the
+    exported enum: ``status == 3``, ``mode = 1`` (and ``mode, values = 1, ...``), a table of statuses
+    keyed or listed by ints, ``_X = 3  # ... status`` and a constant named after a member
+    (``_BAD_VALUE = 3``)."""
+    import re
+
+    def about(node: ast.AST) -> bool:  # a status or a mode itself (len(statuses) is not one)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "int" and len(node.args) == 1:
+            node = node.args[0]
+        return isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and re.search(r"status|mode", ast.unparse(node), re.I) is not None
+
+    def integer(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and type(node.value) is int
+
+    members = {m for enum in _header_enums().values() for m in enum}
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"line {getattr(node, 'lineno', '?')}: {lines[node.lineno - 1].strip()}" if hasattr(node, "lineno") else ""
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(map(integer, sides)) and any(map(about, sides)):
+                found.append(where)
+        elif isinstance(node, ast.Assign):
+            pairs = []
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+            value = node.value
+            table = isinstance(value, ast.Dict) and any(map(integer, value.keys)) or isinstance(value, (ast.Tuple, ast.List, ast.Set)) and value.elts and all(map(integer, value.elts))
+            comment = re.search(r"#.*status", lines[node.lineno - 1], re.I) and integer(value)
+            named = any(isinstance(t, ast.Name) and t.id.strip("_").lower() in members and integer(v) for t, v in pairs)
+            if any(about(t) and integer(v) for t, v in pairs) or (table and any(map(about, node.targets))) or comment or named:
+                found.append(where)
+    return list(dict.fromkeys(found))
+
+
+def test_no_status_is_mirrored_by_an_integer():
+    bad = [f"mentored/{path.relative_to(PACKAGE)} {hit}" for path in sorted(PACKAGE.rglob("*.py"))
+           for hit in _mirrored_enums(path.read_text(encoding="utf-8"))]
+    assert not bad, "core statuses or modes written as integers (compare with _core.Status.x.value etc.):\n" + "\n".join(bad)
+
+
+def test_the_mirror_check_sees_each_form():
+    """The detector itself, on the forms it exists for; the enums' own values pass."""
+    mirrored = [
+        "_UNREACHABLE = 3  # the one status of the core for a row whose entries and sums pass",
+        "if status[r] == 3:\n    pass",
+        "ok = status == 1 and x == -1",
+        "ok = 2 != int(status)",
+        "_STEP_STATUS = {1: 'draft_token_ids: an id outside', 2: 'sums to zero'}",
+        "_ROW_STATUSES = (2, 3, 6)",
+        "_BAD_VALUE = 3",
+        "mode, values = 0, per_row(budget, rows, 'budget')",
+        "if mode == 1:\n    pass",
+    ]
+    for src in mirrored:
+        assert _mirrored_enums(src), src
+    clean = [
+        "if status[r] == _core.Status.unreachable.value:\n    pass",
+        "_ROW_STATUSES = (_core.StepStatus.zero_row, _core.StepStatus.bad_value)",
+        "mode, values = _core.Mode.budget.value, per_row(budget, rows, 'budget')",
+        "bad = np.flatnonzero(status)\nn = len(statuses) == 0 or True",
+        "exit_code = 2",
+    ]
+    for src in clean:
+        assert not _mirrored_enums(src), src
