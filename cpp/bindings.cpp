@@ -515,11 +515,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
   // User generators compiled to programs (program.hpp, mentored/_program.py). Registered before
   // the callables' overloads of solve_custom, which take any object for f_vec.
-  m.attr("PROGRAM_OPS") = [] {
-    py::tuple names(kOpCount);
-    for (int i = 0; i < kOpCount; ++i) names[i] = kOpNames[i];
-    return names;
-  }();
+  py::enum_<Op> ops(m, "Op");
+  for (int op = 0; op < kOpCount; ++op) ops.value(kOpNames[op], static_cast<Op>(op));
   py::class_<Program>(m, "Program")
       .def(py::init([](carray<int> ops, carray<double> values, double f0, double f_at_inf, double tilt, double f_inf,
                        carray<double> series, double radius) {

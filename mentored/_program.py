@@ -26,7 +26,7 @@ import numpy as np
 
 from . import _core
 
-_OPS = {name: code for code, name in enumerate(_core.PROGRAM_OPS)}
+_OPS = {name: int(op) for name, op in _core.Op.__members__.items()}
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 _UNARY = {
     "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "abs", "sign", "sin", "cos", "tan", "arcsin", "arccos",
