@@ -26,6 +26,8 @@ import numpy as np
 
 from . import _core
 
+__all__ = ["program", "compile_info", "translate", "source"]
+
 _OPS = {name: int(op) for name, op in _core.Op.__members__.items()}
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 _UNARY = {
