@@ -16,6 +16,7 @@
 #include "mentored/generators.hpp"
 #include "mentored/kernels.hpp"
 #include "mentored/path.hpp"
+#include "mentored/program.hpp"
 #include "mentored/solve.hpp"
 #include "mentored/speculative.hpp"
 
@@ -85,12 +86,12 @@ inline std::size_t chunk_rows(std::size_t rows, std::size_t n, int nt) {
 // Batched solve for (B, n) arrays, checks included (one pass across the boundary): returns (π,
 // results (B, 8) as RowResult, status (B,) as Status, stats (B, 6) as RowCheck); rtol, out: above.
 // U: the type of π (T, or float for float64 rows whose output is float32).
-template <class T, class U = T>
-py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, double rtol_p,
-                double rtol_q, py::object out) {
+// F: BuiltinF, or ProgramF (a user generator compiled to a program).
+template <class T, class U, class F>
+py::tuple solve_with(carray<T> p, carray<T> q, const F& f, int mode, carray<double> values, int threads, double rtol_p,
+                     double rtol_q, py::object out) {
   const auto [rows, n] = batch_shape(p, q, mode, values);
   rtol_arg(rtol_p, rtol_q);
-  const BuiltinF f(generator(code));
   carray<U> pi = out_arg<U>(out, rows, n, p, q);
   carray<double> results({rows, static_cast<std::size_t>(kRowFields)});
   py::array_t<int> status(static_cast<py::ssize_t>(rows));
@@ -124,6 +125,22 @@ py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> val
     }
   }
   return py::make_tuple(pi, results, status, stats);
+}
+
+template <class T, class U = T>
+py::tuple solve(carray<T> p, carray<T> q, int code, int mode, carray<double> values, int threads, double rtol_p,
+                double rtol_q, py::object out) {
+  return solve_with<T, U>(std::move(p), std::move(q), BuiltinF(generator(code)), mode, std::move(values), threads, rtol_p,
+                          rtol_q, std::move(out));
+}
+
+// Batched solve for a user generator compiled to a program (program.hpp): the built-ins' path,
+// threads and all, since nothing in it needs Python.
+template <class T, class U = T>
+py::tuple solve_program(carray<T> p, carray<T> q, const Program& program, int mode, carray<double> values, int threads,
+                        double rtol_p, double rtol_q, py::object out) {
+  return solve_with<T, U>(std::move(p), std::move(q), ProgramF(program), mode, std::move(values), threads, rtol_p, rtol_q,
+                          std::move(out));
 }
 
 // Per row of a (B, n) array: Σx (float64), min and max, as a (B, 3) array; rows in parallel on the
@@ -410,6 +427,21 @@ class PyPath {
     return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance);  // the callable needs the GIL
   }
 
+  // The same from a user generator's program (program.hpp): no Python in the loop, the GIL released.
+  Table table_program(const Program& program) const {
+    Table tab;
+    path_.tabulate(ProgramF(program), tab);
+    return tab;
+  }
+
+  double divergence_program(const Table& tab, const Program& program, double s) const {
+    return path_.divergence(tab, ProgramF(program), path_.at(s));
+  }
+
+  carray<double> frontier_program(const Table& tab, const Program& program, carray<double> budgets, bool acceptance) const {
+    return frontier_of(tab, ProgramF(program), budgets, true, acceptance);
+  }
+
   double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
 
   double divergence_at(int code, double s) const { return path_.divergence(table(code), BuiltinF(generator(code)), path_.at(s)); }
@@ -532,6 +564,38 @@ PYBIND11_MODULE(_core, m) {
   // float64 rows whose π is float32 (a float32 target with a float64 draft): rounded toward p.
   m.def("solve_to_float32", &solve<double, float>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
+  // User generators compiled to programs (program.hpp, mentored/_program.py). Registered before
+  // the callables' overloads of solve_custom, which take any object for f_vec.
+  py::enum_<Op> ops(m, "Op");
+  for (int op = 0; op < kOpCount; ++op) ops.value(kOpNames[op], static_cast<Op>(op));
+  py::class_<Program>(m, "Program")
+      .def(py::init([](carray<int> ops, carray<double> values, double f0, double f_at_inf, double tilt, double f_inf,
+                       carray<double> series, double radius) {
+             const auto list = [](const auto& a) { return std::vector<typename std::decay_t<decltype(a)>::value_type>(a.data(), a.data() + a.size()); };
+             return Program(list(ops), list(values), Program::Constants{f0, f_at_inf, tilt, f_inf, list(series), radius});
+           }),
+           py::arg("ops"), py::arg("values"), py::arg("f0"), py::arg("f_at_inf"), py::arg("tilt"), py::arg("f_inf"),
+           py::arg("series"), py::arg("radius"))
+      .def_property_readonly("f_inf", [](const Program& p) { return ProgramF(p).f_inf; })
+      .def(
+          "f_tilde",
+          [](const Program& p, carray<double> t) {
+            carray<double> out(t.request().shape);
+            const double* x = t.data();
+            double* o = out.mutable_data();
+            const auto n = static_cast<std::size_t>(t.size());
+            py::gil_scoped_release release;
+            p.f_tilde(x, n, o);
+            return out;
+          },
+          py::arg("t"));
+  m.def("solve_custom", &solve_program<double>, py::arg("target"), py::arg("draft"), py::arg("program"), py::arg("mode"),
+        py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
+  m.def("solve_custom", &solve_program<float>, py::arg("target"), py::arg("draft"), py::arg("program"), py::arg("mode"),
+        py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
+  m.def("solve_custom_to_float32", &solve_program<double, float>, py::arg("target"), py::arg("draft"), py::arg("program"),
+        py::arg("mode"), py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
+        py::arg("out") = py::none());
   m.def("solve_custom_to_float32", &solve_custom<double, float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
         py::arg("out") = py::none());
@@ -635,6 +699,10 @@ PYBIND11_MODULE(_core, m) {
       .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false)
       .def("acceptance_at", &PyPath::acceptance_at, py::arg("s"))
       .def("s_max_for", &PyPath::s_max_for, py::arg("f_inf"))
+      .def("table_custom", &PyPath::table_program, py::arg("program"))
+      .def("divergence_custom", &PyPath::divergence_program, py::arg("table"), py::arg("program"), py::arg("s"))
+      .def("frontier_custom", &PyPath::frontier_program, py::arg("table"), py::arg("program"), py::arg("budgets"),
+           py::arg("acceptance") = false)
       .def("table_custom", &PyPath::table_custom, py::arg("f_vec"), py::arg("f_inf"))
       .def("divergence_custom", &PyPath::divergence_custom, py::arg("table"), py::arg("f_scalar"), py::arg("s"))
       .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"),

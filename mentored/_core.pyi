@@ -15,6 +15,16 @@ def solve(target: _F64, draft: _F64, code: int, mode: int, values: _F64, threads
 def solve(target: _F32, draft: _F32, code: int, mode: int, values: _F64, threads: int, rtol_p: float = ..., rtol_q: float = ..., out: _F32 | None = None) -> tuple[_F32, _F64, npt.NDArray[np.int32], _F64]: ...
 @overload
 def solve_custom(
+    target: _F64, draft: _F64, program: Program, mode: int, values: _F64, threads: int, rtol_p: float = ..., rtol_q: float = ...,
+    out: _F64 | None = None,
+) -> tuple[_F64, _F64, npt.NDArray[np.int32], _F64]: ...
+@overload
+def solve_custom(
+    target: _F32, draft: _F32, program: Program, mode: int, values: _F64, threads: int, rtol_p: float = ..., rtol_q: float = ...,
+    out: _F32 | None = None,
+) -> tuple[_F32, _F64, npt.NDArray[np.int32], _F64]: ...
+@overload
+def solve_custom(
     target: _F64, draft: _F64, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64,
     rtol_p: float = ..., rtol_q: float = ..., out: _F64 | None = None,
 ) -> tuple[_F64, _F64, npt.NDArray[np.int32], _F64]: ...
@@ -24,6 +34,12 @@ def solve_custom(
     rtol_p: float = ..., rtol_q: float = ..., out: _F32 | None = None,
 ) -> tuple[_F32, _F64, npt.NDArray[np.int32], _F64]: ...
 def solve_to_float32(target: _F64, draft: _F64, code: int, mode: int, values: _F64, threads: int, rtol_p: float = ..., rtol_q: float = ..., out: _F32 | None = None) -> tuple[_F32, _F64, npt.NDArray[np.int32], _F64]: ...
+@overload
+def solve_custom_to_float32(
+    target: _F64, draft: _F64, program: Program, mode: int, values: _F64, threads: int, rtol_p: float = ..., rtol_q: float = ...,
+    out: _F32 | None = None,
+) -> tuple[_F32, _F64, npt.NDArray[np.int32], _F64]: ...
+@overload
 def solve_custom_to_float32(
     target: _F64, draft: _F64, f_vec: Callable[[_F64], _F64], f_scalar: Callable[[float], float], f_inf: float, mode: int, values: _F64,
     rtol_p: float = ..., rtol_q: float = ..., out: _F32 | None = None,
@@ -91,6 +107,59 @@ def generator_df_array(code: int, t: _F64, side: int = 1) -> _F64: ...
 def dual(code: int, t_lo: _F64, t_hi: _F64, binding: npt.NDArray[np.bool_]) -> tuple[_F64, _F64]: ...
 def has_openmp() -> bool: ...
 
+class Op(enum.IntEnum):
+    constant = 0
+    t = 1
+    add = 2
+    sub = 3
+    mul = 4
+    div = 5
+    pow = 6
+    maximum = 7
+    minimum = 8
+    less = 9
+    less_equal = 10
+    greater = 11
+    greater_equal = 12
+    equal = 13
+    not_equal = 14
+    logical_and = 15
+    logical_or = 16
+    where = 17
+    neg = 18
+    square = 19
+    sqrt = 20
+    abs = 21
+    sign = 22
+    exp = 23
+    expm1 = 24
+    log = 25
+    log1p = 26
+    log2 = 27
+    log10 = 28
+    sin = 29
+    cos = 30
+    tan = 31
+    arcsin = 32
+    arccos = 33
+    arctan = 34
+    sinh = 35
+    cosh = 36
+    tanh = 37
+    arcsinh = 38
+    arccosh = 39
+    arctanh = 40
+
+class Program:
+    """A user generator's f̃ as a postfix program (cpp/mentored/program.hpp; built by mentored._program)."""
+    def __init__(
+        self, ops: npt.NDArray[np.int32] | list[int], values: _F64 | list[float], f0: float, f_at_inf: float, tilt: float,
+        f_inf: float, series: _F64 | list[float], radius: float,
+    ) -> None: ...
+    @property
+    def f_inf(self) -> float: ...
+    def f_tilde(self, t: _F64) -> _F64: ...
+
 class Table:
     @property
     def f_inf(self) -> float: ...
@@ -109,6 +178,15 @@ class Path:
     def frontier(self, code: int, budgets: _F64, acceptance: bool = False) -> _F64: ...
     def acceptance_at(self, s: float) -> float: ...
     def s_max_for(self, f_inf: float) -> float: ...
+    @overload
+    def table_custom(self, program: Program) -> Table: ...
+    @overload
     def table_custom(self, f_vec: Callable[[_F64], _F64], f_inf: float) -> Table: ...
+    @overload
+    def divergence_custom(self, table: Table, program: Program, s: float) -> float: ...
+    @overload
     def divergence_custom(self, table: Table, f_scalar: Callable[[float], float], s: float) -> float: ...
+    @overload
+    def frontier_custom(self, table: Table, program: Program, budgets: _F64, acceptance: bool = False) -> _F64: ...
+    @overload
     def frontier_custom(self, table: Table, f_scalar: Callable[[float], float], budgets: _F64, acceptance: bool = False) -> _F64: ...

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _core
 from ._duality import certify_at
+from ._program import program
 from ._validate import as_pair, pair_arrays, per_row, refuse_pair, sum_rtol, threads_arg
 from .divergences import Divergence, divergence as _divergence
 
@@ -232,6 +233,9 @@ def solve(
     if div.compiled is not None:
         core = _core.solve_to_float32 if to_float32 else _core.solve
         pi, res, status, stats = core(p2, q2, div.compiled, mode, values, nthreads, *rtols, out2)
+    elif (compiled := program(div)) is not None:  # a sympy generator, evaluated by the core
+        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
+        pi, res, status, stats = core(p2, q2, compiled, mode, values, nthreads, *rtols, out2)
     else:
         vec, scalar, f_inf = _custom(div)
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
@@ -410,17 +414,22 @@ class MentoredPath:
         return self._core.s_max_for(_divergence(divergence).f_inf)
 
     def _table(self, div):
+        """(table, f̃) of a user generator: its program (no Python in the loop), or the callables."""
         if div not in self._tables:
-            vec, scalar, f_inf = _custom(div)
-            self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
+            compiled = program(div)
+            if compiled is not None:
+                self._tables[div] = (self._core.table_custom(compiled), compiled)
+            else:
+                vec, scalar, f_inf = _custom(div)
+                self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
         return self._tables[div]
 
     def _frontier(self, div, budgets):
         """(k, 5): s, t_lo, t_hi, D and the acceptance Σ min(π, q) per budget."""
         if div.compiled is not None:
             return self._core.frontier(div.compiled, budgets, True)
-        table, scalar = self._table(div)
-        return self._core.frontier_custom(table, scalar, budgets, True)
+        table, f_tilde = self._table(div)
+        return self._core.frontier_custom(table, f_tilde, budgets, True)
 
     def thresholds(self, s: float) -> tuple[float, float]:
         r""":math:`(t_{lo}(s), t_{hi}(s))` with :math:`\mathrm{Down}(t_{lo}) = \mathrm{Up}(t_{hi}) = s`."""
@@ -444,8 +453,8 @@ class MentoredPath:
             return float("inf")
         if div.compiled is not None:
             return self._core.divergence_at(div.compiled, min(s, s_max))
-        table, scalar = self._table(div)
-        return self._core.divergence_custom(table, scalar, min(s, s_max))
+        table, f_tilde = self._table(div)
+        return self._core.divergence_custom(table, f_tilde, min(s, s_max))
 
     def solve(self, divergence="kl", budget=0.0) -> Solution:
         """The optimum of MD(f, budget) on this row, as :func:`solve` would return it."""

@@ -269,8 +269,8 @@ class Divergence:
     f_inf, f0 : float
         :math:`f_\infty` and :math:`f(0^+)`, possibly ``inf``.
     compiled : mentored._core.Generator or None
-        The C++ generator that computes a built-in; None for a user generator (the core then calls
-        back into its numpy forms).
+        The C++ generator that computes a built-in; None for a user generator, which the core
+        evaluates through its :attr:`program` (or, without one, by calling back into its numpy forms).
     builtin : _Builtin or None
         The registry entry of a built-in: its sympy source, numerical forms (numpy and torch) and
         convex-program cost; None for a user generator.
@@ -297,6 +297,12 @@ class Divergence:
     @classmethod
     def from_sympy(cls, f_expr, t, name=None, *, timeout=5.0) -> "Divergence":
         r"""A divergence from a sympy generator :math:`f(t)`, validated and compiled.
+
+        Compiled twice: to numpy callables (:attr:`f`, :meth:`f_tilde`, …), and, on the first solve, to
+        an expression program that the C++ core evaluates on every thread with no Python in the loop
+        (:attr:`program`, :mod:`mentored._program`): arithmetic, powers, exp/log, sqrt, Abs, sign, Max,
+        Min, Piecewise, Heaviside and the trigonometric and hyperbolic functions. A generator using
+        anything else keeps the numpy callables, which the core calls back (same answers, slower).
 
         Parameters
         ----------
@@ -360,6 +366,16 @@ class Divergence:
         t = sp.Symbol("t", positive=True)
         conj = self.builtin.conjugate() if self.builtin.conjugate is not None else None
         return analyse(self.builtin.source(t), t, conjugate_expr=conj)
+
+    @property
+    def program(self):
+        """The expression program (``mentored._core.Program``) the core evaluates :math:`\tilde f` with, for a
+        generator from :meth:`from_sympy` whose code translates (:mod:`mentored._program`); None for a built-in
+        (compiled in C++), for one built from callables, and where the code does not translate (the core
+        then calls back into :meth:`f_tilde`)."""
+        from ._program import program
+
+        return program(self)
 
     def _need(self) -> "SymbolicInfo":
         if self.symbolic is None:
