@@ -229,7 +229,7 @@ def test_the_version_is_written_once():
 # The enums of the compiled core: written once, in the C++ headers; the bindings export them (and the
 # stub lists them), and Python compares against their members instead of mirroring an integer.
 _CPP = PACKAGE.parent / "cpp" / "mentored"
-_EXPORTED_ENUMS = ("Generator", "Status", "StepStatus", "Mode")
+_EXPORTED_ENUMS = ("Generator", "Status", "StepStatus", "Mode", "Op")
 
 
 def _header_enums() -> dict[str, dict[str, int]]:
@@ -240,7 +240,14 @@ def _header_enums() -> dict[str, dict[str, int]]:
     for header in sorted(_CPP.glob("*.hpp")):
         text = re.sub(r"//[^\n]*", "", header.read_text(encoding="utf-8"))
         for name, body in re.findall(r"enum class (\w+) : int \{(.*?)\};", text, re.S):
-            enums[name] = {k: int(v) for k, v in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
+            members, value = {}, 0  # C++'s rule: an enumerator without "= n" is the one before it plus 1
+            for item in filter(None, (x.strip() for x in body.split(","))):
+                key, _, given = (part.strip() for part in item.partition("="))
+                value = int(given) if given else value
+                if key != "count":  # a trailing `count` sentinel sizes tables in C++; it is no member
+                    members[key] = value
+                value += 1
+            enums[name] = members
     return enums
 
 
@@ -281,7 +288,8 @@ def _mirrored_enums(source: str) -> list[str]:
     def integer(node: ast.AST) -> bool:
         return isinstance(node, ast.Constant) and type(node.value) is int
 
-    members = {m for enum in _header_enums().values() for m in enum}
+    statuses = ("Status", "StepStatus", "Mode")  # the enums whose values Python reads (Op is written, not read)
+    members = {m for name, enum in _header_enums().items() if name in statuses for m in enum}
     lines = source.splitlines()
     found = []
     for node in ast.walk(ast.parse(source)):
