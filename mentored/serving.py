@@ -486,9 +486,9 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
     import torch
 
     from ._validate import _check_tensor_rows as check_rows
-    from .torch_backend import solve_point
+    from .torch_backend import _Chains, _Point, _row_sums, _verify, solve_point
 
-    B, T, K = plan.B, plan.T, plan.K
+    B, T = plan.B, plan.T
     p = torch.as_tensor(target_probs)
     device = p.device
     draft = torch.as_tensor(draft_token_ids, device=device)
@@ -529,39 +529,35 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False, normalize)
         return torch.from_numpy(out)
 
-    accept = torch.zeros(T, dtype=torch.bool, device=device)
+    # Each position's acceptance test, u0·q_x < π_x, and its rows at a rejection (torch_backend._verify):
+    # greedy positions have π = δ_argmax and q_x = 1, token-only drafts q = δ_x.
+    pi_x = torch.zeros(T, dtype=torch.float64, device=device)
+    q_x = torch.ones(T, dtype=torch.float64, device=device)
     argmax = torch.full((T,), -1, dtype=torch.int64, device=device)
     grd, rnd = plan.grd, plan.rnd
     if grd.size:
         gi = dev(grd)
         argmax[gi] = (p if grd.size == T else p[gi]).argmax(-1)
-        accept[gi] = draft[gi] == argmax[gi]
+        pi_x[gi] = (draft[gi] == argmax[gi]).to(torch.float64)
     point = sp = sq = None
     rows_of_rnd = None
     if rnd.size:
         ri = dev(rnd)
-        x = draft[ri]
-        real = x >= 0
-        xs = torch.where(real, x, 0)[:, None]
+        xs = draft[ri].clamp(min=0)[:, None]
         P = p if rnd.size == T else p[ri]
-        u0 = u[ri, 0]
         if q is None:
-            from .torch_backend import _row_sums
-
             px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
             a = torch.empty_like(px)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else dev(idx)
                 a[sel] = _onehot_torch(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
-            accept[ri] = real & (u0 < a)
+            pi_x[ri] = a
         else:
-            from .torch_backend import _Point, _row_sums
-
             Q = q if rnd.size == T else q[ri]
             # Only the thresholds of each row are kept (six numbers): π_x for the acceptance test
-            # here, whole rows of π only where a request rejected (below). Rows are normalised in
-            # float64 (as the core does) where they are solved; elsewhere only their sums are needed,
-            # summed as the core sums them (_row_sums: a plain sum is an ulp off, and so is p/Σp).
+            # here, whole rows of π only where a request rejected (rows, below). Rows are normalised
+            # in float64 (as the core does) where they are solved; elsewhere only their sums are
+            # needed, summed as the core sums them (_row_sums: a plain sum is an ulp off, and so is p/Σp).
             sp = _row_sums(P.to(torch.float64))
             sq = _row_sums(Q.to(torch.float64))
             # Rows at budget 0 need no solve (π = p); the budgets are on the host, so this costs no sync.
@@ -580,75 +576,34 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
                     point.put(ii, solve_point(Pn, Qn, div, dev(plan.eps_rnd[sel]), zeros))
                 Pn = Qn = None
             # π answers q/Σq: the test and the residual read that q
-            qx = Q.gather(-1, xs)[:, 0].to(torch.float64) / sq
-            pi_x = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, qx)
-            accept[ri] = real & (u0 * qx < pi_x)
+            q_x[ri] = Q.gather(-1, xs)[:, 0].to(torch.float64) / sq
+            pi_x[ri] = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, q_x[ri])
         rows_of_rnd = torch.full((T,), 0, dtype=torch.int64, device=device)
         rows_of_rnd[ri] = torch.arange(rnd.size, device=device)
+    greedy = dev(plan.greedy[plan.req])
 
-    out = torch.full((B, K + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int32, device=device)
-    if B == 0:
-        return out
-    n = dev(plan.n)
-    req, pos = dev(plan.req), dev(plan.pos)
-    if K:
-        acc_pad = torch.ones((B, K), dtype=torch.bool, device=device)
-        acc_pad[req, pos] = accept
-        rej = ~acc_pad
-        has_rej = rej.any(1)
-        jstar = torch.where(has_rej, rej.to(torch.int8).argmax(1), n)
-        draft_pad = torch.full((B, K), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device)
-        draft_pad[req, pos] = draft
-        cols = torch.arange(K, device=device)
-        out[:, :K] = torch.where(cols[None, :] < jstar[:, None], draft_pad, PLACEHOLDER_TOKEN_ID).to(torch.int32)
-    else:
-        has_rej = torch.zeros(B, dtype=torch.bool, device=device)
-        jstar = n
-    # the token at column jstar: the bonus, or the recovered token of row starts + jstar (computed
-    # for every request, used where it rejected: no host synchronisation)
-    col_tok = bonus.clone()
-    if T:
-        starts = dev(plan.starts)
-        ts = (starts + torch.minimum(jstar, (n - 1).clamp(min=0))).clamp(max=T - 1)
-        rec = torch.zeros(B, dtype=torch.int64, device=device)
-        greedy = dev(plan.greedy)
+    def rows(ts):
+        """(π, q, p) at positions ts, float64, whose residual (π − q)₊ the rule draws from."""
+        p_t = p[ts].to(torch.float64)
+        if not rnd.size:
+            pi_t, q_t = p_t, torch.zeros_like(p_t)
+        elif q is None:  # π off x is ∝ p: the residual is p without x, (p − p_x·δ_x)₊
+            x = draft[ts].clamp(min=0)[:, None]
+            pi_t, q_t = p_t, torch.zeros_like(p_t).scatter_(-1, x, p_t.gather(-1, x))
+        else:
+            j = rows_of_rnd[ts]
+            pi_t = point.take(j).pi(P[j].to(torch.float64) / sp[j, None], Q[j].to(torch.float64) / sq[j, None])
+            q_t = q[ts].to(torch.float64) / sq[j, None]
         if grd.size:
-            rec = torch.where(greedy, argmax[ts], rec)
-        if rnd.size:
-            rows_p = p[ts].to(torch.float64)
-            x = draft[ts]
-            ph = x < 0
-            if q is None:
-                w = rows_p.scatter(-1, torch.where(ph, 0, x)[:, None], 0.0)
-                w = torch.where(ph[:, None], rows_p, w)
-                fallback = rows_p
-            else:
-                j = rows_of_rnd[ts]
-                fallback = point.take(j).pi(P[j].to(torch.float64) / sp[j, None], Q[j].to(torch.float64) / sq[j, None])
-                w = (fallback - q[ts].to(torch.float64) / sq[j, None]).clamp(min=0)
-                w = torch.where(ph[:, None], rows_p, w)
-            rec = torch.where(greedy, rec, _inverse_cdf_torch(w, u[ts, 1], fallback))
-        col_tok = torch.where(has_rej, rec, bonus)
-    out.scatter_(1, jstar[:, None], col_tok[:, None].to(torch.int32))
-    return out
+            g = greedy[ts][:, None]
+            hot = torch.zeros_like(p_t).scatter_(-1, argmax[ts].clamp(min=0)[:, None], 1.0)
+            pi_t, q_t, p_t = torch.where(g, hot, pi_t), torch.where(g, 0.0, q_t), torch.where(g, hot, p_t)
+        return pi_t, q_t, p_t
 
-
-def _inverse_cdf_torch(w, u, fallback):
-    """The rule of :func:`_inverse_cdf_np` with two binary searches per row instead of masks over V.
-
-    The cumulative sums of w ≥ 0 are nondecreasing, so the first i with c_i > u·Σw has w_i > 0
-    (c_i > c_{i−1}); past the end only by rounding, the last token with mass is the first i where c
-    reaches its total.
-    """
-    import torch
-
-    empty = ~(w.sum(-1, keepdim=True) > 0)
-    w = torch.where(empty, fallback, w)
-    c = w.cumsum(-1)
-    level = u[:, None] * c[:, -1:]
-    first = torch.searchsorted(c, level, right=True)[:, 0]
-    last = torch.searchsorted(c, c[:, -1:].contiguous())[:, 0]
-    return torch.where(first < w.shape[-1], first, last)
+    if u is None:  # greedy requests only: their test and token do not read u
+        u = torch.zeros((T, 2), dtype=torch.float64, device=device)
+    chains = _Chains.of(plan.n, plan.starts, plan.req, plan.pos, device)
+    return _verify(pi_x, q_x, u, draft, bonus, chains, rows)
 
 
 # ---------------------------------------------------------------- a reusable verifier

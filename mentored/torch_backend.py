@@ -684,41 +684,93 @@ def _aliases(ws: "_Workspace", *xs: torch.Tensor) -> bool:
     return any(lo <= x.data_ptr() < hi for x in xs)
 
 
-def _verify(pi: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """The accept/residual rule of ``cpp/mentored/speculative.hpp`` on (B, k, V) tensors.
+class _Chains(NamedTuple):
+    """Drafts flattened over requests (vLLM's layout), as device tensors: request b owns the ``n[b]``
+    positions from ``starts[b]``; position t is request ``req[t]``'s draft at depth ``pos[t]``, whose
+    parent is position t − 1 (none at depth 0). ``K``: the longest chain."""
 
-    q is read as q/Σq, the row π was solved for (a row's sum is 1 only to a tolerance): with the raw
-    q, the emitted law of a row inside the tolerance would be off π."""
-    B, k, V = q.shape
-    pi64, q64 = pi.to(torch.float64), q.to(torch.float64)
-    if q64.numel():
-        q64 = q64 / _row_sums(q64.reshape(-1, V)).reshape(B, k, 1)
-    idx = draft.unsqueeze(-1)
-    pi_x, q_x = pi64.gather(-1, idx)[..., 0], q64.gather(-1, idx)[..., 0]
-    accept = u[..., 0] * q_x < pi_x  # (B, k)
-    residual = (pi64 - q64).clamp(min=0)
-    empty = residual.sum(-1, keepdim=True) <= 0
-    weights = torch.where(empty, pi64, residual)
-    cum = weights.cumsum(-1)
-    level = u[..., 1:2] * cum[..., -1:]
-    # the first i with cum_i > level and w_i > 0; past the end only by rounding: the last with mass
-    hit = (cum > level) & (weights > 0)
-    ar = torch.arange(V, device=q.device)
-    first = torch.where(hit, ar, V).min(-1).values
-    last = torch.where(weights > 0, ar, -1).max(-1).values
-    resampled = torch.where(first < V, first, last)
-    rejected = ~accept
-    any_rej = rejected.any(-1)
-    j_star = torch.where(any_rej, rejected.to(torch.int64).argmax(-1), k)  # first rejection, or k
-    pos = torch.arange(k + 1, device=q.device)
-    out = torch.full((B, k + 1), -1, dtype=torch.int64, device=q.device)
-    drafts = torch.cat([draft, torch.zeros_like(draft[:, :1])], -1)
-    out = torch.where(pos < j_star[:, None], drafts, out)
-    res_tok = resampled.gather(-1, j_star.clamp(max=max(k - 1, 0))[:, None])[:, 0] if k else bonus[:, 0]
-    at = pos == j_star[:, None]
-    out = torch.where(at & any_rej[:, None], res_tok[:, None], out)
-    out = torch.where(at & ~any_rej[:, None], bonus[:, :1].to(torch.int64), out)
+    n: torch.Tensor
+    starts: torch.Tensor
+    req: torch.Tensor
+    pos: torch.Tensor
+    K: int
+
+    @staticmethod
+    def of(n: np.ndarray, starts: np.ndarray, req: np.ndarray, pos: np.ndarray, device) -> "_Chains":
+        def dev(a):
+            return torch.as_tensor(a, dtype=torch.int64, device=device)
+
+        return _Chains(dev(n), dev(starts), dev(req), dev(pos), int(n.max()) if n.size else 0)
+
+    @staticmethod
+    def uniform(B: int, k: int, device) -> "_Chains":
+        """B chains of k drafts each."""
+        n = np.full(B, k, dtype=np.int64)
+        return _Chains.of(n, np.arange(B, dtype=np.int64) * k, np.repeat(np.arange(B, dtype=np.int64), k), np.tile(np.arange(k, dtype=np.int64), B), device)
+
+
+def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, chains: _Chains,
+            rows: Callable[[torch.Tensor], tuple]) -> torch.Tensor:
+    r"""The accept / first-rejection / residual / bonus rule of ``cpp/mentored/speculative.hpp``, in
+    torch: every device verification (:func:`speculative_step`, ``serving.rejection_sample``) is this.
+
+    Position t (of T, laid out by ``chains``) with draft :math:`x_t` is accepted iff :math:`x_t \ge 0`
+    and ``u[t, 0]·q_x[t] < pi_x[t]`` (:math:`q_x` of :math:`q/\sum q`, the row π answers; a
+    placeholder −1 is always rejected). Request b emits its drafts before its first rejection
+    :math:`j^*`, then at :math:`j^*` the token of :math:`t = \text{starts}_b + j^*` drawn at
+    ``u[t, 1]`` from :math:`(\pi_t - q_t)_+` normalised (from :math:`\pi_t` where rounding leaves
+    that no mass; from :math:`p_t` at a placeholder, which has no draft to lean toward), or, with all
+    :math:`n_b` accepted, ``bonus[b]``. ``rows(t)`` gives the float64 rows :math:`(\pi, q, p)` at
+    positions t (one per request), with :math:`(\pi - q)_+` the residual up to a factor. Greedy
+    requests are the rule with :math:`\pi = p = \delta_{\arg\max p}`; token-only drafts with
+    :math:`q = \delta_x` (π off x is proportional to p). int32 (B, K + 1), −1 where nothing is
+    emitted; no host synchronisation.
+    """
+    n, K, T = chains.n, chains.K, draft.shape[0]
+    B, device = n.shape[0], bonus.device
+    out = torch.full((B, K + 1), -1, dtype=torch.int32, device=device)
+    if B == 0:
+        return out
+    if K:
+        accept = (draft >= 0) & (u[:, 0] * q_x < pi_x)
+        acc_pad = torch.ones((B, K), dtype=torch.bool, device=device)
+        acc_pad[chains.req, chains.pos] = accept
+        rej = ~acc_pad
+        has_rej = rej.any(1)
+        jstar = torch.where(has_rej, rej.to(torch.int8).argmax(1), n)  # first rejection, or n_b
+        draft_pad = torch.full((B, K), -1, dtype=torch.int64, device=device)
+        draft_pad[chains.req, chains.pos] = draft
+        cols = torch.arange(K, device=device)
+        out[:, :K] = torch.where(cols[None, :] < jstar[:, None], draft_pad, -1).to(torch.int32)
+    else:
+        has_rej = torch.zeros(B, dtype=torch.bool, device=device)
+        jstar = n
+    # the token at column j*: the bonus, or the residual token of starts + j* (computed for every
+    # request, used where it rejected: no host synchronisation)
+    token = bonus
+    if T:
+        ts = (chains.starts + torch.minimum(jstar, (n - 1).clamp(min=0))).clamp(max=T - 1)
+        pi, q, p = rows(ts)
+        w = torch.where((draft[ts] < 0)[:, None], p, (pi - q).clamp(min=0))
+        token = torch.where(has_rej, _inverse_cdf(w, u[ts, 1], pi), bonus)
+    out.scatter_(1, jstar[:, None], token[:, None].to(torch.int32))
     return out
+
+
+def _inverse_cdf(w: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """Per row, the first i with Σ_{l≤i} w_l > u·Σw (w ≥ 0; ``fallback`` where Σw has no mass), as
+    cpp/mentored/speculative.hpp: by a binary search of the cumulative sums, not masks over V.
+
+    The cumulative sums are nondecreasing, so the first i with c_i > u·Σw has w_i > 0 (c_i > c_{i−1});
+    past the end only by rounding: the last token with mass.
+    """
+    empty = ~(w.sum(-1, keepdim=True) > 0)
+    w = torch.where(empty, fallback, w)
+    c = w.cumsum(-1)
+    first = torch.searchsorted(c, u[:, None] * c[:, -1:], right=True)[:, 0]
+    V = w.shape[-1]
+    last = torch.where(w > 0, torch.arange(V, device=w.device), -1).amax(-1)
+    return torch.where(first < V, first, last)
 
 
 def speculative_step(
@@ -755,8 +807,18 @@ def speculative_step(
         return torch.from_numpy(out)
     dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
     q = q.to(dtype)
-    pi = _solve(p[:, :k, :].reshape(B * k, V).to(dtype), q.reshape(B * k, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
-    return _verify(pi.reshape(B, k, V), q, draft.to(device=device, dtype=torch.int64), bonus, u)
+    T = B * k
+    pi = _solve(p[:, :k, :].reshape(T, V).to(dtype), q.reshape(T, V), divergence=divergence, budget=budgets.ravel(), zeros=zeros)
+    # π answers q/Σq (a row's sum is 1 only to a tolerance): the test and the residual read that q
+    pi, q = pi.to(torch.float64), q.reshape(T, V).to(torch.float64)
+    sq = _row_sums(q) if T else q.sum(-1)
+    x = draft.reshape(T).to(device=device, dtype=torch.int64)
+    pi_x, q_x = pi.gather(-1, x[:, None])[:, 0], q.gather(-1, x[:, None])[:, 0] / sq
+
+    def rows(t):
+        return pi[t], q[t] / sq[t, None], pi[t]
+
+    return _verify(pi_x, q_x, u.reshape(T, 2), x, bonus[:, 0], _Chains.uniform(B, k, device), rows).to(torch.int64)
 
 
 _CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core

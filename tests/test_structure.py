@@ -344,3 +344,54 @@ def test_the_mirror_check_sees_each_form():
     ]
     for src in clean:
         assert not _mirrored_enums(src), src
+
+
+# ---------------------------------------------------------------- the device rule, written once
+
+# Torch cumulative sums that are not the verification rule's draw, each with its reason.
+_OTHER_CUMSUMS = {
+    "torch_backend._Rows.__init__": "the solve's prefix sums of p and q in ratio order",
+    "vllm_plugin._top_k_top_p_mask": "top-p's cumulative mass",
+}
+
+
+def _cumsum_owners(source: str, module: str) -> set[str]:
+    """The functions (``module.qualname``) of ``source`` that take a cumulative sum in torch's forms:
+    ``x.cumsum(…)``, ``x.cumsum_(…)``, ``torch.cumsum(…)`` (numpy code writes ``np.cumsum``)."""
+    owners: set[str] = set()
+
+    def visit(node: ast.AST, names: tuple) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = names
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = names + (child.name,)
+            elif isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr in ("cumsum", "cumsum_"):
+                base = child.func.value
+                if not (isinstance(base, ast.Name) and base.id in ("np", "numpy")):
+                    owners.add(".".join((module,) + names))
+            visit(child, inner)
+
+    visit(ast.parse(source), ())
+    return owners
+
+
+def test_the_device_rule_is_written_once():
+    # The inverse CDF of the residual (π − q)₊ in torch is one function, which every device
+    # verification reaches (torch_backend._verify); a second torch draw, a second rule, fails here.
+    owners = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        owners |= _cumsum_owners(path.read_text(encoding="utf-8"), module)
+    draws = sorted(owners - set(_OTHER_CUMSUMS))
+    assert draws == ["torch_backend._inverse_cdf"], f"torch cumulative sums outside the solve and top-p: {draws}"
+
+
+def test_the_cumsum_check_sees_each_form():
+    source = (
+        "import numpy as np\n"
+        "def a(w): return w.cumsum(-1)\n"
+        "class B:\n    def c(self, w): return torch.cumsum(w, -1)\n"
+        "def d(w):\n    def e(v): return v.cumsum_(0)\n    return e\n"
+        "def f(w): return np.cumsum(w)\n"
+    )
+    assert _cumsum_owners(source, "m") == {"m.a", "m.B.c", "m.d.e"}

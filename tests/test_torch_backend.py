@@ -318,3 +318,37 @@ def test_row_sums_are_correctly_rounded(rng):
     np.testing.assert_array_equal(got, exact)
     plain = torch.from_numpy(x).sum(-1).numpy()
     assert (plain != exact).any()  # the rows do tell a plain sum from a correctly rounded one
+
+
+def test_every_device_verification_is_one_function(monkeypatch, rng):
+    # speculative_step and rejection_sample (dense, token-only, greedy and placeholder drafts) verify
+    # on a device by the one torch rule, torch_backend._verify: once per call, with the core's tokens.
+    import mentored.serving as serving
+
+    calls = []
+    verify = tb._verify
+    monkeypatch.setattr(tb, "_verify", lambda *args: calls.append(1) or verify(*args))
+    monkeypatch.setattr(serving, "CPU_SOLVER", "torch")  # the device algorithm, on CPU tensors
+    B, k, V = 3, 4, 30
+    p = rng.dirichlet(np.full(V, 0.4), (B, k + 1))
+    q = rng.dirichlet(np.full(V, 0.4), (B, k))
+    draft = np.array([[rng.choice(V, p=r) for r in rows] for rows in q])
+    bonus = rng.integers(0, V, (B, 1))
+    u = rng.random((B, k, 2))
+    want = mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.2, uniforms=u)
+    t = torch.from_numpy
+    got = tb.speculative_step(t(p), t(bonus), t(q), t(draft), divergence="js", budget=0.2, uniforms=t(u))
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert len(calls) == 1
+    n, ids = [k, 0, 2], np.concatenate([draft[0], draft[2, :2]])
+    P, Q, U = (np.concatenate([x[0, :k], x[2, :2]]) for x in (p, q, u))
+    held = ids.copy()
+    held[1] = -1  # a placeholder
+    greedy = np.array([True, False, True])
+    for ids_, dq, is_greedy in ((ids, Q, None), (ids, None, None), (ids, Q, greedy), (held, Q, None), (held, None, greedy)):
+        kw = {"divergence": "kl", "budget": 0.3, "is_greedy": is_greedy, "uniforms": U}
+        want = serving.rejection_sample(ids_, n, dq, P, bonus, **kw)
+        calls.clear()
+        got = serving.rejection_sample(t(ids_), n, None if dq is None else t(dq), t(P), t(bonus), **kw)
+        np.testing.assert_array_equal(got.numpy(), want)
+        assert len(calls) == 1
