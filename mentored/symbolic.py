@@ -981,8 +981,10 @@ class _Process:
             self.messages.put(("gone", None))
 
     def _next(self, deadline, stage):
+        """The next message, or the process killed and _OutOfTime once ``deadline`` (may be ∞) passes."""
+        left = None if deadline == math.inf else max(0.0, deadline - time.monotonic())
         try:
-            return self.messages.get(timeout=max(0.0, deadline - time.monotonic()))
+            return self.messages.get(timeout=left)
         except queue.Empty:
             self.kill()
             raise _OutOfTime(stage) from None
@@ -992,7 +994,7 @@ class _Process:
         _send(self.proc.stdin, request)
         stage = "starting"
         while True:
-            kind, value = self._next(deadline if timeout is not None else time.monotonic() + 1e9, stage)
+            kind, value = self._next(deadline, stage)
             if kind == "stage":
                 stage = value
             elif kind == "ok":

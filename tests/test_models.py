@@ -47,13 +47,17 @@ def test_checksums_and_files():
             assert {f.get_slice(key).get_dtype() for key in f.keys()} == {"F16"}
 
 
+def _flip_last_byte(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def test_a_corrupted_file_is_refused(tmp_path):
     copy = tmp_path / "models"
     shutil.copytree(MODELS_DIR, copy)
     weights = copy / "drafter" / "model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    _flip_last_byte(weights)
     with pytest.raises(ValueError, match="checksum mismatch"):
         load_pair(copy)
     shutil.copy(MODELS_DIR / "drafter" / "model.safetensors", weights)
@@ -89,9 +93,7 @@ def test_an_unlisted_file_is_refused(models_copy):
     lines = _lines(models_copy)
     _write(models_copy, [line for line in lines if not line.endswith("drafter/model.safetensors")])
     weights = models_copy / "drafter" / "model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    _flip_last_byte(weights)
     with pytest.raises(ValueError, match="not listed in .*drafter/model.safetensors"):
         load_pair(models_copy)
     # A file added to the folder.
