@@ -246,39 +246,6 @@ py::tuple solve_custom(carray<T> p, carray<T> q, py::object vec, py::object scal
   return py::make_tuple(pi, results, status, stats);
 }
 
-// The speculative step (speculative.hpp): π, q [B, k, V]; draft [B, k]; bonus [B]; uniforms
-// [B, k, 2]. Returns (out [B, k + 1] int64, status [B]).
-template <class T>
-py::tuple speculative_step(carray<T> pi, carray<T> q, carray<std::int64_t> draft, carray<std::int64_t> bonus,
-                           carray<double> uniforms, int threads) {
-  if (pi.ndim() != 3 || q.ndim() != 3 || pi.shape(0) != q.shape(0) || pi.shape(1) != q.shape(1) ||
-      pi.shape(2) != q.shape(2))
-    throw std::invalid_argument("pi and draft probabilities must be (B, k, V) arrays of one shape");
-  const auto B = static_cast<std::size_t>(pi.shape(0)), k = static_cast<std::size_t>(pi.shape(1)),
-             V = static_cast<std::size_t>(pi.shape(2));
-  if (draft.ndim() != 2 || static_cast<std::size_t>(draft.shape(0)) != B || static_cast<std::size_t>(draft.shape(1)) != k)
-    throw std::invalid_argument("draft token ids must have shape (B, k)");
-  if (bonus.ndim() != 1 || static_cast<std::size_t>(bonus.shape(0)) != B)
-    throw std::invalid_argument("bonus token ids must have shape (B,)");
-  if (uniforms.ndim() != 3 || static_cast<std::size_t>(uniforms.shape(0)) != B ||
-      static_cast<std::size_t>(uniforms.shape(1)) != k || uniforms.shape(2) != 2)
-    throw std::invalid_argument("uniforms must have shape (B, k, 2)");
-  carray<std::int64_t> out({B, k + 1});
-  py::array_t<int> status(static_cast<py::ssize_t>(B));
-  {
-    const T* pp = pi.data();
-    const T* qq = q.data();
-    const std::int64_t* d = draft.data();
-    const std::int64_t* bo = bonus.data();
-    const double* u = uniforms.data();
-    std::int64_t* o = out.mutable_data();
-    int* st = status.mutable_data();
-    py::gil_scoped_release release;
-    speculative_batch(pp, qq, d, bo, u, B, k, V, threads, o, st);
-  }
-  return py::make_tuple(out, status);
-}
-
 // num_draft_tokens of verify: a list or tuple of ints (as vLLM passes it), or an integer array.
 std::vector<std::int64_t> counts_arg(const py::object& n) {
   std::vector<std::int64_t> out;
@@ -312,35 +279,70 @@ carray<std::int64_t> ids_arg(const py::object& ids, const char* name) {
   return carray<std::int64_t>::ensure(a);
 }
 
-// Solve and verify in one call (speculative.hpp, verify_batch), vLLM's flattened layout: q [T, V],
-// draft [T], uniforms [T, 2] per draft row; budgets [T], or [1] for all; num_draft [B] (Σ = T);
-// bonus [B] or [B, 1]; p [T + B·extra, V] (extra = 1: a bonus-position row after each request's
-// drafts, checked too). rtol_p, rtol_q: tolerances on the rows' sums (∞: none). Ids: integer
-// arrays of any width (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL
-// is taken back to check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time.
-// Returns (out [B, max n + 1], int32 or int64; the first failed request, −1 if none; its
-// StepStatus code; the position in it, −1 if none; the failing rows' {Σ, min, max} of target then
-// draft, StepError). Shape errors raise ValueError.
+// A step's divergences (speculative.hpp, StepF): a built-in's code, a user generator's Program (kept
+// alive by the caller's list for the call), or None where π is given.
+std::vector<StepF> divergences_arg(const py::list& divs) {
+  std::vector<StepF> out;
+  for (const auto item : divs) {
+    if (item.is_none()) out.emplace_back(GivenF{});
+    else if (py::isinstance<Program>(item)) out.emplace_back(ProgramF(item.cast<const Program&>()));
+    else if (py::isinstance<py::int_>(item)) out.emplace_back(BuiltinF(generator(item.cast<int>())));
+    else throw py::type_error("divergences must hold generator codes, Programs or None (π given)");
+  }
+  if (out.empty()) throw std::invalid_argument("divergences must hold at least one divergence");
+  return out;
+}
+
+// An optional per-request array of the call: None, or a C-contiguous one of B entries of A.
+template <class A>
+std::optional<carray<A>> per_request_arg(const py::object& x, std::size_t B, const char* name) {
+  if (x.is_none()) return std::nullopt;
+  if (!py::isinstance<carray<A>>(x)) throw py::type_error(std::string(name) + " must be a C-contiguous array of its dtype");
+  auto a = py::reinterpret_borrow<carray<A>>(x);
+  if (a.ndim() != 1 || static_cast<std::size_t>(a.shape(0)) != B) throw std::invalid_argument(std::string(name) + " must have one entry per request");
+  return a;
+}
+
+// Verify in one call (speculative.hpp, verify_batch; Step describes the layout): q [T, V] or None
+// (token-only drafts); draft [T], uniforms [T, 2] per position; budgets [T], or [1] for all;
+// num_draft [B] (Σ = T); bonus [B] or [B, 1]; p [T + B·extra, V] (extra = 1: a bonus-position row
+// after each request's drafts, checked too); divergences, which [B] int32 (None: divergences[0] for
+// all); greedy [B] bool or None; pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
+// divergence is None (given π, dense or token-only); placeholders: −1 drafts allowed (rejected).
+// rtol_p, rtol_q: tolerances on the rows' sums (∞: none). Ids: integer arrays of any width
+// (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL is taken back to
+// check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time. Returns (out [B, max n + 1],
+// int32 or int64; the first failed request, −1 if none; its StepStatus code; the position in it,
+// −1 if none; the failing rows' {Σ, min, max} of target then draft, StepError). Shape errors raise
+// ValueError; a draft, pi of another dtype than the target TypeError.
 template <class T>
-py::tuple verify(carray<T> p, carray<T> q, py::object draft_ids, py::object num_draft, py::object bonus_ids,
-                 carray<double> uniforms, carray<double> budgets, int code, bool keep, int extra, int threads, bool int32,
-                 double rtol_p, double rtol_q) {
+py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object num_draft, py::object bonus_ids,
+                 carray<double> uniforms, carray<double> budgets, py::list divergences, py::object which_arg,
+                 py::object greedy_arg, py::object pi_arg, py::object pi_x_arg, bool keep, int extra, bool placeholders,
+                 int threads, bool int32, double rtol_p, double rtol_q) {
   rtol_arg(rtol_p, rtol_q);
+  const std::vector<StepF> divs = divergences_arg(divergences);
+  std::optional<carray<T>> q;
+  if (!q_arg.is_none()) {
+    if (!py::isinstance<carray<T>>(q_arg)) throw py::type_error("draft probabilities must be a C-contiguous array of the target's dtype");
+    q = py::reinterpret_borrow<carray<T>>(q_arg);
+  }
   const carray<std::int64_t> draft = ids_arg(draft_ids, "draft_token_ids");
   const carray<std::int64_t> bonus = ids_arg(bonus_ids, "bonus_token_ids");
-  if (p.ndim() != 2 || q.ndim() != 2 || p.shape(1) != q.shape(1))
+  if (p.ndim() != 2 || (q && (q->ndim() != 2 || p.shape(1) != q->shape(1))))
     throw std::invalid_argument("target and draft probabilities must be (rows, V) arrays of one V");
-  const auto T_ = static_cast<std::size_t>(q.shape(0)), V = static_cast<std::size_t>(q.shape(1));
+  const auto V = static_cast<std::size_t>(p.shape(1));
   const std::vector<std::int64_t> counts = counts_arg(num_draft);
   const std::size_t B = counts.size();
   if (extra != 0 && extra != 1) throw std::invalid_argument("extra must be 0 or 1");
-  std::size_t total = 0, K = 0;
+  std::size_t T_ = 0, K = 0;
   for (const std::int64_t c : counts) {
     if (c < 0) throw std::invalid_argument("num_draft_tokens must be nonnegative");
-    total += static_cast<std::size_t>(c);
+    T_ += static_cast<std::size_t>(c);
     K = std::max(K, static_cast<std::size_t>(c));
   }
-  if (total != T_) throw std::invalid_argument("num_draft_tokens must sum to the number of draft rows");
+  if (q && static_cast<std::size_t>(q->shape(0)) != T_)
+    throw std::invalid_argument("num_draft_tokens must sum to the number of draft rows");
   if (static_cast<std::size_t>(p.shape(0)) != T_ + B * static_cast<std::size_t>(extra))
     throw std::invalid_argument("target probabilities must have one row per draft (and one per request with extra = 1)");
   const auto n_eps = static_cast<std::size_t>(budgets.size());
@@ -351,21 +353,50 @@ py::tuple verify(carray<T> p, carray<T> q, py::object draft_ids, py::object num_
   if (!((bonus.ndim() == 1 || (bonus.ndim() == 2 && bonus.shape(1) == 1)) && static_cast<std::size_t>(bonus.shape(0)) == B))
     throw std::invalid_argument("bonus_token_ids must have shape (B,) or (B, 1), one id per request");
   if (V == 0 && T_ > 0) throw std::invalid_argument("empty vocabulary");
-  const BuiltinF f(generator(code));
+  const auto which = per_request_arg<std::int32_t>(which_arg, B, "which");
+  const auto greedy = per_request_arg<bool>(greedy_arg, B, "greedy");
+  if (which)
+    for (py::ssize_t b = 0; b < which->shape(0); ++b)
+      if (which->data()[b] < 0 || static_cast<std::size_t>(which->data()[b]) >= divs.size())
+        throw std::invalid_argument("which: a divergence index out of range");
+  std::optional<carray<T>> pi;
+  std::optional<carray<double>> pi_x;
+  const bool given = std::any_of(divs.begin(), divs.end(), [](const StepF& f) { return std::holds_alternative<GivenF>(f); });
+  if (given && q) {
+    if (!py::isinstance<carray<T>>(pi_arg)) throw py::type_error("pi must be a C-contiguous array of the target's dtype where π is given");
+    pi = py::reinterpret_borrow<carray<T>>(pi_arg);
+    if (pi->ndim() != 2 || static_cast<std::size_t>(pi->shape(0)) != T_ || static_cast<std::size_t>(pi->shape(1)) != V)
+      throw std::invalid_argument("pi must have one row per draft row");
+  } else if (given) {
+    if (!py::isinstance<carray<double>>(pi_x_arg)) throw py::type_error("pi_x must be a C-contiguous float64 array where π is given");
+    pi_x = py::reinterpret_borrow<carray<double>>(pi_x_arg);
+    if (pi_x->ndim() != 1 || static_cast<std::size_t>(pi_x->shape(0)) != T_) throw std::invalid_argument("pi_x must have one entry per draft row");
+  }
+  Step<T> st;
+  st.p = p.data();
+  st.q = q ? q->data() : nullptr;
+  st.draft = draft.data();
+  st.n = counts.data();
+  st.bonus = bonus.data();
+  st.u = uniforms.data();
+  st.eps = budgets.data();
+  st.eps_step = n_eps == T_ ? 1 : 0;
+  st.greedy = greedy ? greedy->data() : nullptr;
+  st.which = which ? which->data() : nullptr;
+  st.pi = pi ? pi->data() : nullptr;
+  st.pi_x = pi_x ? pi_x->data() : nullptr;
+  st.B = B;
+  st.V = V;
+  st.extra = static_cast<std::size_t>(extra);
+  st.keep = keep;
+  st.placeholders = placeholders;
+  st.check = StepCheck{rtol_p, rtol_q};
   const std::size_t width = K + 1;
   py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
   StepError error;
   std::size_t failed;
   bool interrupted = false;
   {
-    const T* pp = p.data();
-    const T* qq = q.data();
-    const std::int64_t* d = draft.data();
-    const std::int64_t* n = counts.data();
-    const std::int64_t* bo = bonus.data();
-    const double* u = uniforms.data();
-    const double* e = budgets.data();
-    const std::size_t step = n_eps == T_ ? 1 : 0;
     const std::size_t rows = static_cast<std::size_t>(p.shape(0));
     const int nt = batch_threads(threads, B, B ? rows * V / B : 0);
     const std::size_t max_rows = chunk_rows(rows, V, nt);
@@ -376,15 +407,38 @@ py::tuple verify(carray<T> p, carray<T> q, py::object draft_ids, py::object num_
       return interrupted;
     };
     py::gil_scoped_release release;
-    const StepCheck check{rtol_p, rtol_q};
-    failed = int32 ? verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, nt, static_cast<std::int32_t*>(o), width, error, check, max_rows, stop)
-                   : verify_batch(f, pp, qq, d, n, bo, u, e, step, B, V, extra, keep, nt, static_cast<std::int64_t*>(o), width, error, check, max_rows, stop);
+    failed = int32 ? verify_batch(st, divs, nt, static_cast<std::int32_t*>(o), width, error, max_rows, stop)
+                   : verify_batch(st, divs, nt, static_cast<std::int64_t*>(o), width, error, max_rows, stop);
   }
   if (interrupted) throw py::error_already_set();
   const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
   carray<double> stats(6);
   std::copy(error.stats, error.stats + 6, stats.mutable_data());
   return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats);
+}
+
+// π_x of the verifier of a token-only drafter (speculative.hpp, onehot_pi_x), elementwise over
+// px = p_x/Σp and budgets of one length, for a built-in's code or a Program.
+py::array_t<double> onehot(carray<double> px, carray<double> eps, py::object divergence, bool keep) {
+  if (px.ndim() != 1 || eps.ndim() != 1 || px.shape(0) != eps.shape(0)) throw std::invalid_argument("px and budgets must be 1-D arrays of one length");
+  py::list one;
+  one.append(divergence);
+  const std::vector<StepF> divs = divergences_arg(one);
+  const std::size_t n = static_cast<std::size_t>(px.shape(0));
+  py::array_t<double> out(static_cast<py::ssize_t>(n));
+  const double* x = px.data();
+  const double* e = eps.data();
+  double* o = out.mutable_data();
+  std::visit(
+      [&](const auto& f) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(f)>, GivenF>) throw py::type_error("onehot needs a generator code or a Program");
+        else {
+          py::gil_scoped_release release;
+          for (std::size_t i = 0; i < n; ++i) o[i] = onehot_pi_x(f, x[i], e[i], keep);
+        }
+      },
+      divs[0]);
+  return out;
 }
 
 // One row, many questions: the structure with its divergence tables cached by code.
@@ -607,19 +661,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("solve_custom", &solve_custom<float>, py::arg("target"), py::arg("draft"), py::arg("f_vec"),
         py::arg("f_scalar"), py::arg("f_inf"), py::arg("mode"), py::arg("values"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
         py::arg("out") = py::none());
-  m.def("speculative_step", &speculative_step<double>, py::arg("pi"), py::arg("draft_probs"),
-        py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
-  m.def("speculative_step", &speculative_step<float>, py::arg("pi"), py::arg("draft_probs"),
-        py::arg("draft_token_ids"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("threads"));
-  // p and q are not converted: a float32 step must not be widened to float64 by overload resolution.
-  m.def("verify", &verify<double>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
-        py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
-        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"),
-        py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf);
-  m.def("verify", &verify<float>, py::arg("target").noconvert(), py::arg("draft_probs").noconvert(),
-        py::arg("draft_token_ids"), py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"),
-        py::arg("budgets"), py::arg("code"), py::arg("keep"), py::arg("extra"), py::arg("threads"), py::arg("int32"),
-        py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf);
+  // p is not converted: a float32 step must not be widened to float64 by overload resolution.
+  const auto def_verify = [&m](auto fn) {
+    m.def("verify", fn, py::arg("target").noconvert(), py::arg("draft_probs"), py::arg("draft_token_ids"),
+          py::arg("num_draft_tokens"), py::arg("bonus_token_ids"), py::arg("uniforms"), py::arg("budgets"),
+          py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(), py::arg("pi") = py::none(),
+          py::arg("pi_x") = py::none(), py::arg("keep") = false, py::arg("extra") = 0, py::arg("placeholders") = false,
+          py::arg("threads") = 0, py::arg("int32") = false, py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf);
+  };
+  def_verify(&verify<double>);
+  def_verify(&verify<float>);
+  m.def("onehot", &onehot, py::arg("px"), py::arg("budgets"), py::arg("divergence"), py::arg("keep"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));

@@ -13,15 +13,16 @@ verifier :math:`\pi` of its position (docs/theory.md §2, §8).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import cached_property
+
 import numpy as np
 
-from collections.abc import Mapping
-
-from ._validate import _floats, check_sums, per_row, row_stats, sum_rtol
+from ._validate import _floats, check_sums, per_row, row_stats, sum_rtol, threads_arg
 from .divergences import _NP, Divergence, _TorchOps, divergence as _divergence
 from . import _core
-from ._validate import _check_row_values as check_row_values, _check_zeros as check_zeros, _row_error
-from .speculative import _step_error, solve_pi
+from ._validate import _check_zeros as check_zeros, _row_error
+from .speculative import _core_divergence, _step_error, solve_pi
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -49,10 +50,14 @@ def _host_array(name, x, kinds, what):
 
 
 class _Plan:
-    """Host-side bookkeeping of one call: who is where, and with which divergence and budget."""
+    """Host-side bookkeeping of one call: who is where, and with which divergence and budget.
+
+    What the core call needs is computed here (counts, greedy flags, divergences and their index per
+    request, budgets per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
+    random and greedy positions, the groups by divergence) only where a path reads it."""
 
     def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T):
-        n = _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers").astype(np.int64)
+        n = _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers").astype(np.int64, copy=False)
         if n.ndim != 1 or n.shape[0] != B:
             raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape {n.shape}")
         if B and n.min() < 0:
@@ -61,58 +66,75 @@ class _Plan:
             raise ValueError(f"num_draft_tokens sums to {int(n.sum())}, but draft_token_ids holds {T} tokens")
         self.B, self.T, self.n = B, T, n
         self.K = int(n.max()) if B else 0
-        self.starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if B else n
-        self.req = np.repeat(np.arange(B, dtype=np.int64), n)
-        self.pos = np.arange(T, dtype=np.int64) - self.starts[self.req]
-        if is_greedy is None:
-            g = np.zeros(B, dtype=bool)
-        else:
+        g = None
+        if is_greedy is not None:
             g = _host_array("is_greedy", is_greedy, "b", "booleans")
             if g.shape != (B,):
                 raise ValueError(f"is_greedy must have shape (B,) = ({B},), got {g.shape}")
-        self.greedy = g
-        gt = g[self.req]
-        self.grd = np.flatnonzero(gt)
-        self.rnd = np.flatnonzero(~gt)
-        # divergence and budget, per request or global, then per random token
+            g = np.ascontiguousarray(g, dtype=bool) if g.any() else None
+        self.greedy_or_none = g
+        # divergence and budget, per request or global
         if isinstance(divergence, (str, Divergence)):
-            divs = [_divergence(divergence)]
-            which = np.zeros(B, dtype=np.int64)
+            self.divs, self.which = [_divergence(divergence)], None
         else:
             given = list(divergence)
             if len(given) != B:
                 raise ValueError(f"divergence must be one name or one per request (B = {B}), got {len(given)}")
-            divs, which = [], np.empty(B, dtype=np.int64)
+            divs, which = [], np.empty(B, dtype=np.int32)
             for b, d in enumerate(given):
                 d = _divergence(d)
                 if d not in divs:
                     divs.append(d)
                 which[b] = divs.index(d)
-        eps = per_row(budget, B, "budget", unit="request")
-        self.divs = divs
-        rreq = self.req[self.rnd]
-        self.eps_rnd = eps[rreq]
-        # groups of random tokens by divergence: (Divergence, indices into rnd)
-        if len(divs) == 1:
-            self.groups = [(divs[0], None)] if self.rnd.size else []
+            self.divs, self.which = divs, (which if len(divs) > 1 else None)
+        if np.ndim(budget) == 0:
+            self.eps_request = None
+            self.eps_rows = per_row(budget, 1, "budget")  # one for all
         else:
-            wr = which[rreq]
-            self.groups = [(d, np.flatnonzero(wr == i)) for i, d in enumerate(divs) if np.any(wr == i)]
-            if len(self.groups) == 1:
-                self.groups = [(self.groups[0][0], None)]
+            self.eps_request = per_row(budget, B, "budget", unit="request")
+            self.eps_rows = np.repeat(self.eps_request, n)
+
+    @cached_property
+    def greedy(self) -> np.ndarray:
+        return self.greedy_or_none if self.greedy_or_none is not None else np.zeros(self.B, dtype=bool)
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.n)[:-1]]).astype(np.int64) if self.B else self.n
+
+    @cached_property
+    def req(self) -> np.ndarray:
+        return np.repeat(np.arange(self.B, dtype=np.int64), self.n)
+
+    @cached_property
+    def pos(self) -> np.ndarray:
+        return np.arange(self.T, dtype=np.int64) - self.starts[self.req]
+
+    @cached_property
+    def grd(self) -> np.ndarray:
+        return np.flatnonzero(self.greedy[self.req])
+
+    @cached_property
+    def rnd(self) -> np.ndarray:
+        return np.flatnonzero(~self.greedy[self.req])
+
+    @cached_property
+    def eps_rnd(self) -> np.ndarray:
+        """The budget of each random position (rnd order)."""
+        eps = self.eps_rows if self.eps_request is not None else np.full(self.T, self.eps_rows[0])
+        return eps[self.rnd]
+
+    @cached_property
+    def groups(self) -> list:
+        """Random positions by divergence: (Divergence, indices into rnd, or None for all of them)."""
+        if self.which is None:
+            return [(self.divs[0], None)] if self.rnd.size else []
+        wr = self.which[self.req[self.rnd]]
+        groups = [(d, np.flatnonzero(wr == i)) for i, d in enumerate(self.divs) if np.any(wr == i)]
+        return [(groups[0][0], None)] if len(groups) == 1 else groups
 
     def where(self, t: int) -> str:
         return f"row {t} (request {int(self.req[t])}, position {int(self.pos[t])})"
-
-
-def _check_rows_np(x: np.ndarray, name: str, plan: _Plan, normalize: bool) -> np.ndarray:
-    a = _floats(x, name)
-    if a.ndim != 2 or a.shape[0] != plan.T:
-        raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
-    if a.shape[0] == 0:
-        return a
-    check_row_values(a, name, plan.where, normalize)
-    return a
 
 
 def _bonus_shape(bonus_token_ids) -> int:
@@ -169,24 +191,22 @@ def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
     div = _divergence(divergence)
     check_zeros(zeros)
     px, eps = np.broadcast_arrays(np.asarray(p_x, dtype=np.float64), np.asarray(budget, dtype=np.float64))
-    px, eps = px.ravel(), eps.ravel()
-    shape = np.broadcast_shapes(np.shape(p_x), np.shape(budget))
-    return _onehot_np(px, eps, div, zeros).reshape(shape)
+    shape = px.shape
+    return _onehot_np(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), div, zeros).reshape(shape)
 
 
 def _onehot_np(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
-    if div.builtin is not None:
-        spec = div.builtin
+    """π_x of onehot_acceptance for float64 arrays of one length: in the core (speculative.hpp,
+    onehot_pi_x) wherever it can evaluate f̃, by the same bisection in numpy otherwise."""
+    code = _core_divergence(div)
+    if code is not None:
+        return _core.onehot(px, eps, code, zeros == "keep")
+    f_inf = div.f_inf - div.tilt
 
-        def term(x, y):
-            return spec.perspective(_NP, x, y)
-    else:
-        f_inf = div.f_inf - div.tilt
-
-        def term(x, y):  # y·f̃(x/y) of a user generator; its limit y·f̃∞·(x/y) where x/y overflows
-            r = x / y
-            huge = r > 1e100
-            return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
+    def term(x, y):  # y·f̃(x/y) of a user generator; its limit y·f̃∞·(x/y) where x/y overflows
+        r = x / y
+        huge = r > 1e100
+        return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
 
     with np.errstate(all="ignore"):
         return _onehot(_NP, px, eps, div, zeros, term)
@@ -360,126 +380,125 @@ def rejection_sample(
     plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T)
     _check_generators(generators, B)
     args = plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize
-    if any(_is_torch(x) for x in (target_probs, draft_probs, draft_token_ids, bonus_token_ids)):
+    tensors = [x for x in (target_probs, draft_probs, draft_token_ids, bonus_token_ids) if _is_torch(x)]
+    if tensors and (CPU_SOLVER != "core" or any(x.device.type != "cpu" for x in tensors)):
         return _torch_path(*args)
-    return _numpy_path(*args)
+    return _host_path(*args, tensors=bool(tensors))
 
 
-def _numpy_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize):
-    B, T, K = plan.B, plan.T, plan.K
-    draft = np.asarray(draft_token_ids)
-    bonus = np.asarray(bonus_token_ids).reshape(-1)
-    if draft.dtype.kind not in "iu" or bonus.dtype.kind not in "iu":
-        raise TypeError(f"token ids must be integers, got {draft.dtype} and {bonus.dtype}")
-    p = _check_rows_np(target_probs, "target_probs", plan, normalize) if validate else np.asarray(target_probs)
-    V = p.shape[1]
-    q = None
-    if draft_probs is not None:
-        q = _check_rows_np(draft_probs, "draft_probs", plan, normalize) if validate else np.asarray(draft_probs)
-        if q.shape != p.shape:
-            raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
-        if q.dtype != p.dtype:
-            p, q = p.astype(np.float64), q.astype(np.float64)
-    if normalize and T:
-        # float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or past DBL_MAX), which the
-        # core cannot scale by 1/Σ: rescaled here first, as solve does
-        p, q = (x if x is None or x.dtype != np.float64 else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
-    if validate:
-        _check_ids(draft, bonus, V, B, T)
-    draft = draft.astype(np.int64, copy=False)
+def _host_ids(x, name: str) -> np.ndarray:
+    a = np.asarray(x.detach().numpy() if _is_torch(x) else x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
+    return a
+
+
+def _host_rows(x, name: str, plan: _Plan) -> np.ndarray:
+    """Rows (T, V) of host memory as the core takes them: CPU tensors as numpy views of their memory."""
+    if _is_torch(x):
+        from .torch_backend import _as_core_input
+
+        x = _as_core_input(x, name)
+    a = _floats(x, name)
+    if a.ndim != 2 or a.shape[0] != plan.T:
+        raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
+    return a
+
+
+def _host_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate,
+               normalize, tensors=False):
+    """rejection_sample for host memory (numpy arrays, CPU tensors): one call of the compiled core
+    (``_core.verify``), which checks every row it is given as it reads it; ``validate`` adds nothing
+    here (every row and id is checked either way)."""
+    T = plan.T
+    draft = _host_ids(draft_token_ids, "draft_token_ids")
+    bonus = _host_ids(bonus_token_ids, "bonus_token_ids")
+    if tuple(draft.shape) != (T,):
+        raise ValueError(f"draft_token_ids must be flat, shape (num_tokens,) = ({T},), got {tuple(draft.shape)}")
+    p = _host_rows(target_probs, "target_probs", plan)
+    q = None if draft_probs is None else _host_rows(draft_probs, "draft_probs", plan)
+    if q is not None and q.shape != p.shape:
+        raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
+    dtypes = (p.dtype, p.dtype if q is None else q.dtype)
+    if q is not None and q.dtype != p.dtype:
+        p, q = p.astype(np.float64), q.astype(np.float64)
+    p = np.ascontiguousarray(p)
+    q = None if q is None else np.ascontiguousarray(q)
     if uniforms is not None:
-        u = _given_uniforms(uniforms, T, lambda x: np.asarray(x, dtype=np.float64))
+        u = _given_uniforms(uniforms, T, lambda x: np.ascontiguousarray(x.detach().cpu().numpy() if _is_torch(x) else x, dtype=np.float64))
+    elif plan.greedy_or_none is not None and plan.greedy_or_none[plan.req].all():
+        u = np.zeros((T, 2))  # greedy requests only: their test and token do not read u
+    elif tensors:
+        u = _uniforms_torch(plan, generators, "cpu").numpy()
     else:
-        u = _uniforms_np(plan, generators) if plan.rnd.size else None
+        u = _uniforms_np(plan, generators)
+    divs = [_core_divergence(d) for d in plan.divs]
+    pi = pi_x = None
+    if any(d is None for d in divs):
+        pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
+    out, bad, status, pos, stats = _core.verify(
+        p, q, draft, plan.n, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize),
+    )
+    if bad >= 0:
+        if normalize and _rescalable(status, stats, dtypes):
+            # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or
+            # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
+            p, q = (x if x is None else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
+            out = _host_path(plan, draft, q, p, bonus, None, u, zeros, threads, False, True)
+            return torch_from(out) if tensors else out
+        raise _refusal(status, bad, pos, stats, dtypes, p.shape[1], plan.divs[0 if plan.which is None else int(plan.which[bad])], plan.n,
+                       normalize)
+    return torch_from(out) if tensors else out
 
-    accept = np.zeros(T, dtype=bool)
-    argmax = None
-    grd, rnd = plan.grd, plan.rnd
-    if grd.size:
-        argmax = np.full(T, -1, dtype=np.int64)
-        argmax[grd] = (p if grd.size == T else p[grd]).argmax(-1)
-        accept[grd] = draft[grd] == argmax[grd]
-    pi = px_a = iq = None
-    if rnd.size:
-        x = draft[rnd]
-        real = x >= 0
-        xs = np.where(real, x, 0)
-        ar = np.arange(rnd.size)
-        P = p if rnd.size == T else p[rnd]
-        if q is None:
-            px = P[ar, xs].astype(np.float64) / row_stats(P)[0]  # p_x of p/Σp
-            px_a = np.empty(rnd.size)
-            for div, idx in plan.groups:
-                sel = slice(None) if idx is None else idx
-                px_a[sel] = _onehot_np(px[sel], plan.eps_rnd[sel], div, zeros)
-            accept[rnd] = real & (u[rnd, 0] < px_a)
+
+def _rescalable(status, stats, dtypes) -> bool:
+    """Whether a refusal of normalised rows is only that a float64 sum has no reciprocal (below 2⁻¹⁰²⁴
+    or past DBL_MAX): such rows are rescaled, as solve does, and verified again."""
+    return status == _core.StepStatus.bad_value.value and all(_row_error("", d, x, "", True) is None for d, x in zip(dtypes, (stats[:3], stats[3:])))
+
+
+def _refusal(status, bad, pos, stats, dtypes, V, div, n, normalize) -> ValueError:
+    """The error of a refused core call, naming the row of the flattened layout, its request and position."""
+    starts = np.concatenate([[0], np.cumsum(np.asarray(n, dtype=np.int64))])
+    return _step_error(status, bad, pos, V, div, lambda b, j: f"row {int(starts[b]) + j} (request {b}, position {j})", stats, dtypes,
+                       normalize, names=("target_probs", "draft_probs"), ids=_ID_MESSAGES)
+
+
+# rejection_sample's words for ids the core refused (placeholders are allowed there)
+_ID_MESSAGES = {
+    _core.StepStatus.bad_token: "draft_token_ids: an id outside [0, {V}) that is not the placeholder -1, at {where}",
+    _core.StepStatus.bad_bonus: "bonus_token_ids: an id outside [0, {V}) for request {b}",
+}
+
+
+def torch_from(out: np.ndarray):
+    import torch
+
+    return torch.from_numpy(out)
+
+
+def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
+    """π (dense drafts) or π_x (token-only) at the random, non-placeholder positions of requests whose
+    divergence the core cannot evaluate, computed here; the core reads only those rows."""
+    T = plan.T
+    which = plan.which[plan.req] if plan.which is not None else np.zeros(T, dtype=np.int32)
+    eps = plan.eps_rows if plan.eps_request is not None else np.full(T, plan.eps_rows[0])
+    pi = np.zeros_like(p) if q is not None else None
+    pi_x = np.zeros(T) if q is None else None
+    for i, d in enumerate(divs):
+        if d is not None:
+            continue
+        idx = np.flatnonzero((which == i) & ~plan.greedy[plan.req] & (draft >= 0))
+        if not idx.size:
+            continue
+        if q is not None:
+            pi[idx] = solve_pi(p[idx], q[idx], plan.divs[i], eps[idx], threads, zeros, normalize)
         else:
-            Q = q if rnd.size == T else q[rnd]
-            pi = np.empty(P.shape, dtype=P.dtype) if len(plan.groups) > 1 else None
-            for div, idx in plan.groups:
-                if idx is None:
-                    pi = solve_pi(P, Q, div, plan.eps_rnd, threads, zeros, normalize)
-                else:
-                    pi[idx] = solve_pi(P[idx], Q[idx], div, plan.eps_rnd[idx], threads, zeros, normalize)
-            # π answers q/Σq: the test and the residual read that q, scaled by 1/Σq as the core scales it
-            iq = 1.0 / row_stats(Q)[0]
-            accept[rnd] = real & (u[rnd, 0] * (Q[ar, xs].astype(np.float64) * iq) < pi[ar, xs])
-
-    # the first rejection of each request
-    out = np.full((B, K + 1), PLACEHOLDER_TOKEN_ID, dtype=np.int32)
-    if K:
-        acc_pad = np.ones((B, K), dtype=bool)
-        acc_pad[plan.req, plan.pos] = accept
-        rej = ~acc_pad
-        has_rej = rej.any(1)
-        jstar = np.where(has_rej, rej.argmax(1), plan.n)
-        draft_pad = np.full((B, K), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
-        draft_pad[plan.req, plan.pos] = draft
-        out[:, :K] = np.where(np.arange(K)[None, :] < jstar[:, None], draft_pad, PLACEHOLDER_TOKEN_ID)
-    else:
-        has_rej = np.zeros(B, dtype=bool)
-        jstar = plan.n
-    done = np.flatnonzero(~has_rej)
-    out[done, jstar[done]] = bonus[done]
-    rb = np.flatnonzero(has_rej)
-    if rb.size:
-        ts = plan.starts[rb] + jstar[rb]
-        tok = np.empty(rb.size, dtype=np.int64)
-        g = plan.greedy[rb]
-        if np.any(g):
-            tok[g] = argmax[ts[g]]
-        r = np.flatnonzero(~g)
-        if r.size:
-            t = ts[r]
-            where_rnd = np.searchsorted(rnd, t)  # rnd is sorted
-            rows_p = p[t].astype(np.float64)
-            x = draft[t]
-            if q is None:
-                w = rows_p.copy()
-                w[np.arange(r.size)[x >= 0], x[x >= 0]] = 0.0  # p without x (placeholder: p itself)
-                fallback = rows_p
-            else:
-                fallback = pi[where_rnd].astype(np.float64)
-                w = np.maximum(fallback - q[t].astype(np.float64) * iq[where_rnd, None], 0.0)
-                ph = x < 0
-                w[ph] = rows_p[ph]  # a placeholder: no draft to lean toward, the target itself
-            tok[r] = _inverse_cdf_np(w, u[t, 1], fallback)
-        out[rb, jstar[rb]] = tok
-    return out
-
-
-def _inverse_cdf_np(w: np.ndarray, u: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """Per row, the first i with Σ_{l≤i} w_l > u·Σw and w_i > 0 (as cpp/mentored/speculative.hpp)."""
-    empty = ~(w.sum(-1) > 0)
-    if np.any(empty):
-        w[empty] = fallback[empty]
-    c = np.cumsum(w, axis=-1)
-    hit = (c > (u * c[:, -1])[:, None]) & (w > 0)
-    first = hit.argmax(-1)
-    none = ~hit[np.arange(w.shape[0]), first]
-    if np.any(none):  # past the end only by rounding: the last token with mass
-        first[none] = w.shape[1] - 1 - (w[none, ::-1] > 0).argmax(-1)
-    return first
+            rows = p[idx]
+            px = rows[np.arange(idx.size), draft[idx]].astype(np.float64) / row_stats(rows)[0]
+            pi_x[idx] = _onehot_np(px, eps[idx], plan.divs[i], zeros)
+    return pi, pi_x
 
 
 def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, threads, validate, normalize):
@@ -521,13 +540,6 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
         u = _given_uniforms(uniforms, T, lambda x: torch.as_tensor(x, dtype=torch.float64, device=device))
     else:
         u = _uniforms_torch(plan, generators, device) if plan.rnd.size else None
-
-    if device.type == "cpu" and CPU_SOLVER == "core" and q is not None and plan.rnd.size:
-        # CPU tensors are host memory: the compiled core solves them in place of the torch sort
-        # (zero-copy numpy views, nothing synchronised), on the uniforms drawn above from torch's RNG.
-        host = [x.detach().resolve_conj().numpy() for x in (draft, q, p, bonus)]
-        out = _numpy_path(plan, host[0], host[1], host[2], host[3], None, u.numpy(), zeros, threads, False, normalize)
-        return torch.from_numpy(out)
 
     # Each position's acceptance test, u0·q_x < π_x, and its rows at a rejection (torch_backend._verify):
     # greedy positions have π = δ_argmax and q_x = 1, token-only drafts q = δ_x.
@@ -610,23 +622,21 @@ def _torch_path(plan, draft_token_ids, draft_probs, target_probs, bonus_token_id
 
 
 class Verifier:
-    r""":func:`rejection_sample` for a decoding loop on numpy input, with buffers held between calls.
+    r""":func:`rejection_sample` for a decoding loop on host memory, with its settings and uniforms held between calls.
 
-    Fixed divergence, budget, zeros mode and vocabulary; dense ``draft_probs``. The fast path (no
-    greedy request, no placeholder, no generators; ragged ``num_draft_tokens`` allowed) is one call
-    into the compiled core, which solves each position's :math:`\pi` just before its acceptance
-    test (positions after a rejection are checked, not solved) and draws the residual token, with
-    the same decisions as :func:`rejection_sample` given the same uniforms. Anything else falls
-    back to :func:`rejection_sample` (on uniforms from this verifier's generator, unless
-    ``generators`` are given). The fast path refuses what :func:`rejection_sample` refuses, from
-    the core's own pass over the rows: every row it reads (those after a rejection too) finite,
-    nonnegative and summing to 1 within its dtype's tolerance (any positive sum with
-    ``normalize=True``), ids in range and integer, ``bonus_token_ids`` of shape (B,) or (B, 1);
-    ``validate=True`` sends every call through :func:`rejection_sample`'s Python checks instead
-    (the same refusals, slower). float32 and float64 rows are both taken as they are, whatever
-    their width: ``vocab_size`` and ``dtype`` describe the expected rows and convert nothing;
-    ``max_tokens`` is how many rows of uniforms are drawn ahead at a time; ``normalize`` as in
-    :func:`rejection_sample`.
+    Fixed divergence (a built-in, or a user generator with a :attr:`~mentored.Divergence.program`),
+    budget, zeros mode and vocabulary. Each call is the one core call of :func:`rejection_sample`
+    (dense or token-only drafts, greedy requests, placeholders, ragged ``num_draft_tokens``), with the
+    same decisions given the same uniforms, made without the Python layout checks: the core refuses
+    what :func:`rejection_sample` refuses, from its own pass over the rows (every row it is given
+    finite, nonnegative and summing to 1 within its dtype's tolerance, any positive sum with
+    ``normalize=True``; ids in range and integer; ``bonus_token_ids`` of shape (B,) or (B, 1)).
+    ``generators``, input the core does not take as it is (lists, non-contiguous arrays, mixed
+    dtypes), and every call with ``validate=True`` go through :func:`rejection_sample` itself, on
+    uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
+    rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
+    convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
+    ``normalize`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -644,8 +654,9 @@ class Verifier:
 
         self.V = int(vocab_size)
         self.div = _divergence(divergence)
-        if self.div.compiled is None:
-            raise ValueError("Verifier takes a built-in divergence")
+        if _core_divergence(self.div) is None:
+            raise ValueError(f"Verifier takes a divergence the core evaluates (a built-in, or one from Divergence.from_sympy "
+                             f"with a program); {self.div.name!r} has none: use rejection_sample")
         self.budget = float(budget)
         if not self.budget >= 0:
             raise ValueError(f"budget must be nonnegative (inf allowed), got {self.budget}")
@@ -657,7 +668,7 @@ class Verifier:
         self._rtol = {np.dtype(d): sum_rtol(d, self.normalize) for d in (np.float32, np.float64)}
         self.rng = np.random.default_rng(seed)
         self._dtype = np.dtype(dtype)
-        self._code = int(self.div.compiled)
+        self._divs = [int(self.div.compiled)]
         self._keep = self.zeros == "keep"
         self._alloc(int(max_tokens))
 
@@ -678,13 +689,12 @@ class Verifier:
         return self._u[i:j]
 
     def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None):
-        # The fast path is one core call and a few attribute reads: after the core has streamed the
-        # rows, each Python operation runs on a cold cache. The core's overloads take numpy arrays
-        # of one float dtype, C-contiguous, as they are (no copy): anything else raises TypeError
-        # there, a shape it refuses ValueError, and both go to rejection_sample, which converts or
-        # names the problem.
+        # One core call and a few attribute reads: after the core has streamed the rows, each Python
+        # operation runs on a cold cache. The core takes numpy arrays of one float dtype,
+        # C-contiguous, as they are (no copy): anything else raises TypeError there, a shape it
+        # refuses ValueError, and both go to rejection_sample, which converts or names the problem.
         draft = draft_token_ids
-        if self.validate or is_greedy is not None or generators or draft_probs is None:
+        if self.validate or generators:
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms)
         T = len(draft)
         if uniforms is None:
@@ -694,23 +704,17 @@ class Verifier:
         rtol = self._rtol.get(getattr(target_probs, "dtype", None), np.inf)  # another dtype: TypeError in the core
         try:
             out, bad, status, pos, stats = _core.verify(
-                target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._code, self._keep, 0,
-                self.threads, True, rtol, rtol,
+                target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._divs, None, is_greedy, None, None,
+                self._keep, 0, True, self.threads, True, rtol, rtol,
             )
         except (TypeError, ValueError):
-            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, None, None, u)
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
         if bad < 0:
             return out
-        n = np.asarray(num_draft_tokens, dtype=np.int64)
-        x = int(np.asarray(draft).reshape(-1)[int(n[:bad].sum()) + pos])
-        dtypes = (target_probs.dtype, draft_probs.dtype)
-        if (status == _core.StepStatus.bad_token.value and x == PLACEHOLDER_TOKEN_ID) or (
-            # normalised rows whose float64 sum has no reciprocal: rejection_sample rescales them
-            self.normalize and status == _core.StepStatus.bad_value.value and all(_row_error("", d, st, "", True) is None for d, st in zip(dtypes, (stats[:3], stats[3:])))
-        ):
-            return self._fallback(draft, n, draft_probs, target_probs, bonus_token_ids, None, None, u)
-        raise _step_error(status, bad, pos, target_probs.shape[1], self.div, lambda b, j: f"(request {b}, position {j})", stats, dtypes,
-                          self.normalize, names=("target_probs", "draft_probs"))
+        dtypes = (target_probs.dtype, target_probs.dtype if draft_probs is None else draft_probs.dtype)
+        if self.normalize and _rescalable(status, stats, dtypes):
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
+        raise _refusal(status, bad, pos, stats, dtypes, target_probs.shape[1], self.div, num_draft_tokens, self.normalize)
 
     def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:

@@ -126,10 +126,11 @@ def speculative_step(
         )
     _check_zeros(zeros)
     div = _divergence(divergence)
-    # A built-in's rows are checked by the core as it reads them (one pass across the boundary);
-    # a custom divergence's here, before its π is solved row by row in Python.
+    code = _core_divergence(div)
+    # Rows are checked by the core as it reads them (one pass across the boundary); those of a
+    # divergence it cannot evaluate here, before their π is solved row by row in Python.
     p, bonus, q, draft = _check_step_inputs(
-        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=div.compiled is None,
+        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=code is None,
         normalize=normalize,
     )
     B, k, V = q.shape
@@ -141,33 +142,35 @@ def speculative_step(
     q = np.ascontiguousarray(q, dtype=dtype)
     draft = np.ascontiguousarray(draft, dtype=np.int64)
     bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
-    if div.compiled is not None:
-        # One call: each position's π is solved in the core just before its acceptance test, and
-        # every row is checked (entries, and sums within the tolerance of its dtype) as it is read.
-        out, bad, status, pos, stats = _core.verify(
-            p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
-            u.reshape(-1), budgets.reshape(-1), div.compiled, zeros == "keep", 1, threads_arg(threads), False,
-            *(sum_rtol(d, normalize) for d in dtypes),
-        )
-        if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and _row_error("", dtypes[0], stats[:3], "", True) is None \
-                and _row_error("", dtypes[1], stats[3:], "", True) is None:
-            # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
-            # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
-            p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
-            return speculative_step(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, uniforms=u,
-                                    threads=threads, zeros=zeros, normalize=True)
-        if bad >= 0:
-            raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes, normalize)
-        return out
-    if k == 0:
-        return bonus.reshape(B, 1).copy()
-    # A custom divergence: π in Python (its f is a Python callable), then the accept/residual step.
-    pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
-    pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=dtype)
-    out, status = _core.speculative_step(pi, q, draft, bonus, u, threads_arg(threads))
-    if np.any(status):  # ids were checked above; the core checks again
-        raise ValueError(f"draft_token_ids: an id outside [0, {V}) in row {int(np.flatnonzero(status)[0])}")
+    pi = None
+    if code is None and k:  # π in Python (its f is a Python callable), then the same decision call
+        pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
+        pi = np.ascontiguousarray(pi, dtype=dtype)
+    elif code is None:
+        pi = np.zeros((0, V), dtype=dtype)
+    # One call: each position's π is solved in the core just before its acceptance test, and every
+    # row is checked (entries, and sums within the tolerance of its dtype) as it is read.
+    out, bad, status, pos, stats = _core.verify(
+        p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
+        u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
+        *(sum_rtol(d, normalize) for d in dtypes),
+    )
+    if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and _row_error("", dtypes[0], stats[:3], "", True) is None \
+            and _row_error("", dtypes[1], stats[3:], "", True) is None:
+        # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
+        # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
+        p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
+        return speculative_step(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, uniforms=u,
+                                threads=threads, zeros=zeros, normalize=True)
+    if bad >= 0:
+        raise _step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes, normalize)
     return out
+
+
+def _core_divergence(div):
+    """What the core evaluates ``div`` with: a built-in's code, a user generator's program, or None
+    (a generator from callables alone, or one whose code has no program: π is solved in Python)."""
+    return int(div.compiled) if div.compiled is not None else div.program
 
 
 _STEP_STATUS = {
@@ -183,21 +186,22 @@ _ROW_STATUSES = (_core.StepStatus.zero_row, _core.StepStatus.bad_value, _core.St
 
 
 def _step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None, normalize=False,
-                names=("target_with_bonus_probs", "draft_probs")) -> ValueError:
+                names=("target_with_bonus_probs", "draft_probs"), ids=None) -> ValueError:
     """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``
     (``where(b, j)`` names the place: "(b, j) = (1, 0)").
 
     With the failing rows' numbers (``stats``: Σ, min, max of the target row, then of the draft row)
     and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side
-    (``names``) and whether sums were checked (``normalize``: only that each is positive)."""
+    (``names``) and whether sums were checked (``normalize``: only that each is positive). ``ids``:
+    the caller's own messages for some statuses (those of ids)."""
     member = _core.StepStatus(int(status))  # verify returns the int value
     if stats is not None and member in _ROW_STATUSES:
         for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
             err = _row_error(name, dtype, x, f"row {where(b, j)}", normalize)
             if err is not None:
                 return err
-    msg = _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
-    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status)))
+    msg = (ids or {}).get(member) or _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
+    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status), b=b))
 
 
 def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:

@@ -30,27 +30,33 @@ def rng(request):
 
 @pytest.fixture
 def one_core_call(monkeypatch):
-    """``one_core_call(refuse=(...))``: count the calls of ``_core.verify`` and make each core entry
-    named in ``refuse`` (``"module.attr"`` for a Python function) fail the test if reached."""
+    """``one_core_call(refuse=(...))``: record every crossing into the compiled core (each call of a
+    function of ``mentored._core``, by name, in order) and make each Python function named in
+    ``refuse`` (``"module.attr"``) fail the test if reached. Returns the list of names."""
     import importlib
 
     import mentored
 
     calls = []
-    verify = mentored._core.verify
 
-    def counted(*args):
-        calls.append(1)
-        return verify(*args)
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return fn(*args, **kwargs)
+
+        return call
 
     def refused(*args, **kwargs):
         raise AssertionError("the computation left the one core call")
 
-    def arm(refuse):
-        monkeypatch.setattr(mentored._core, "verify", counted)
+    def arm(refuse=()):
+        for name in dir(mentored._core):
+            fn = getattr(mentored._core, name)
+            if type(fn).__name__ == "builtin_function_or_method":  # functions, not the enums or classes
+                monkeypatch.setattr(mentored._core, name, counted(name, fn))
         for name in refuse:
-            owner, attr = (importlib.import_module(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]) if "." in name else (mentored._core, name)
-            monkeypatch.setattr(owner, attr, refused)
+            owner, attr = name.rsplit(".", 1)
+            monkeypatch.setattr(importlib.import_module(owner), attr, refused)
         return calls
 
     return arm

@@ -182,25 +182,33 @@ def test_no_drafts_gives_the_bonus_and_still_checks_its_row():
 
 
 def test_core_refuses_bad_ids_and_shapes():
-    pi = np.full((1, 1, 2), 0.5)
-    u = np.zeros((1, 1, 2))
-    out, status = mentored._core.speculative_step(pi, pi, np.array([[5]]), np.array([0]), u, 1)
-    assert status[0] == 1
+    # π given (divergence None): the decision call alone
+    pi = np.full((2, 2), 0.5)
+    kw = dict(uniforms=np.zeros(2), budgets=np.zeros(1), divergences=[None], pi=pi[:1], extra=1)
+    assert mentored._core.verify(pi, pi[:1], np.array([5]), [1], np.array([0]), **kw)[1:4] == (0, 1, 0)
+    assert mentored._core.verify(pi, pi[:1], np.array([1]), [1], np.array([0]), **kw)[1:4] == (-1, 0, -1)
+    kw["uniforms"] = np.zeros(4)
     with pytest.raises(ValueError, match="uniforms"):
-        mentored._core.speculative_step(pi, pi, np.array([[0]]), np.array([0]), np.zeros((1, 2)), 1)
+        mentored._core.verify(pi, pi[:1], np.array([0]), [1], np.array([0]), **kw)
+    kw["uniforms"] = np.zeros(2)
+    with pytest.raises(TypeError, match="pi must be"):
+        mentored._core.verify(pi, pi[:1], np.array([0]), [1], np.array([0]), **{**kw, "pi": None})
 
 
 def _two_calls(p, bonus, q, draft, u, div, budget, zeros):
     """speculative_step as it was before the one-call core: every position's π in Python, then the
-    accept/residual step of the core."""
+    core's decision call with π given."""
     from mentored.speculative import solve_pi
 
     B, k, V = q.shape
     eps = np.broadcast_to(np.asarray(budget, dtype=np.float64), (B, k)).ravel()
     pi = solve_pi(np.ascontiguousarray(p[:, :k]).reshape(B * k, V), q.reshape(B * k, V), mentored.divergence(div), eps, None, zeros)
-    pi = np.ascontiguousarray(pi.reshape(B, k, V), dtype=q.dtype)
-    out, status = mentored._core.speculative_step(pi, q, draft, bonus.reshape(B), u, 0)
-    assert not status.any()
+    pi = np.ascontiguousarray(pi, dtype=q.dtype)
+    out, bad, *_ = mentored._core.verify(
+        np.ascontiguousarray(p).reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), [k] * B, bonus.reshape(B), u.reshape(-1),
+        np.zeros(1), [None], pi=pi, extra=1,
+    )
+    assert bad == -1
     return out
 
 
@@ -223,10 +231,10 @@ def test_one_call_equals_pi_then_step(div, zeros, dtype, rng):
 
 def test_one_crossing_for_builtin_divergences(one_core_call, rng):
     p, bonus, q, draft = _batch(rng, 3, 4, 30)
-    calls = one_core_call(refuse=("solve", "speculative_step"))
+    calls = one_core_call()
     for zeros in ("keep", "continue"):
         mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.3, seed=0, zeros=zeros)
-    assert len(calls) == 2
+    assert calls == ["verify"] * 2
 
 
 def test_custom_divergence_keeps_the_python_path(rng):
@@ -247,12 +255,12 @@ def test_verify_statuses_name_request_and_position():
     q[2] = [0.7, 0.1, 0.1, 0.1]  # request 1 drafts token 0 there: rejected at u0 = 0.999
     u = np.full((5, 2), 0.999)
     u[0] = 0.0
-    kl = mentored.divergence("kl").compiled
+    kl = int(mentored.divergence("kl").compiled)
     kw = dict(num_draft=[2, 3], bonus=np.array([0, 1]), u=u, eps=np.array([0.1]))
 
     def run(p=p, q=q, draft=np.array([0, 1, 0, 3, 2]), extra=0, **rtol):
         out, bad, status, pos, stats = mentored._core.verify(
-            p, q, draft, kw["num_draft"], kw["bonus"], kw["u"], kw["eps"], kl, True, extra, 1, True, **rtol
+            p, q, draft, kw["num_draft"], kw["bonus"], kw["u"], kw["eps"], [kl], keep=True, extra=extra, threads=1, int32=True, **rtol
         )
         return out, (bad, status, pos), stats
 
@@ -287,9 +295,9 @@ def test_verify_statuses_name_request_and_position():
     with_bonus[2, 0] = np.nan  # request 0 accepts both drafts, then meets its bonus row
     assert run(p=with_bonus, extra=1)[1] == (0, 3, 2)
     with pytest.raises(TypeError):  # float32 and float64 rows: never widened behind the caller's back
-        mentored._core.verify(p.astype(np.float32), q, np.zeros(5, dtype=np.int64), [2, 3], kw["bonus"], u, kw["eps"], kl, True, 0, 1, True)
+        mentored._core.verify(p.astype(np.float32), q, np.zeros(5, dtype=np.int64), [2, 3], kw["bonus"], u, kw["eps"], [kl])
     with pytest.raises(ValueError, match="sum to the number of draft rows"):
-        mentored._core.verify(p, q, np.zeros(5, dtype=np.int64), [2, 2], kw["bonus"], u, kw["eps"], kl, True, 0, 1, True)
+        mentored._core.verify(p, q, np.zeros(5, dtype=np.int64), [2, 2], kw["bonus"], u, kw["eps"], [kl])
 
 
 # ---- torch -------------------------------------------------------------------------------------
@@ -351,4 +359,4 @@ def test_cpu_tensors_are_verified_by_the_core(one_core_call, rng):
     assert_array_equal(got.numpy(), want)
     seeded = [mentored.speculative_step(T(p), T(bonus), T(q), T(draft), divergence="hellinger", budget=0.2, seed=7) for _ in range(2)]
     assert_array_equal(seeded[0].numpy(), seeded[1].numpy())
-    assert len(calls) == 3
+    assert calls == ["verify"] * 3

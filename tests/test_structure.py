@@ -395,3 +395,36 @@ def test_the_cumsum_check_sees_each_form():
         "def f(w): return np.cumsum(w)\n"
     )
     assert _cumsum_owners(source, "m") == {"m.a", "m.B.c", "m.d.e"}
+
+
+def _inverse_cdfs(text: str) -> list[str]:
+    """The C++ functions defined in ``text`` that draw a token by the inverse CDF (a running sum
+    compared with a uniform's fraction of the total) or decide an acceptance from a uniform."""
+    import re
+
+    found = []
+    for m in re.finditer(r"^(?:template <[^>]*>\s*)?[\w:<>]+\s+(\w+)\(([^)]*)\)\s*(?:const\s*)?\{", text, re.M):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        body = text[m.end():i]
+        if re.search(r"\bc \+= |u\w*\[0\]\s*[*<]", body):
+            found.append(m.group(1))
+    return found
+
+
+def test_the_host_rule_is_written_once():
+    # accept / first rejection / residual in C++ is speculative.hpp's inverse_cdf, decide (dense drafts)
+    # and verify_request (token-only, greedy, placeholders): a second copy of the rule fails here.
+    owners = {}
+    for path in sorted((PACKAGE.parent / "cpp").rglob("*.[ch]pp")):
+        for name in _inverse_cdfs(path.read_text(encoding="utf-8")):
+            owners.setdefault(name, []).append(path.name)
+    assert owners == {"inverse_cdf": ["speculative.hpp"], "decide": ["speculative.hpp"], "verify_request": ["speculative.hpp"]}, owners
+
+
+def test_the_host_rule_check_sees_a_copy():
+    copy = "double draw(const double* w, std::size_t V, double u) {\n  double c = 0.0;\n  for (;;) { c += w[0]; }\n}\n"
+    accept = "template <class T>\nbool keep(const T* u, double pi) {\n  return u[0] * 2.0 < pi;\n}\n"
+    assert _inverse_cdfs(copy) == ["draw"] and _inverse_cdfs(accept) == ["keep"]

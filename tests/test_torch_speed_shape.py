@@ -150,7 +150,13 @@ def test_inverse_cdf_by_binary_search_is_the_masked_rule(rng):
     w[0] = 0.0
     u = rng.random(50)
     fb = rng.dirichlet(np.ones(40), size=50)
-    ref = serving._inverse_cdf_np(w.copy(), u, fb)
+    # the rule written plainly: the first i with Σ_{l≤i} w_l > u·Σw and w_i > 0 (fb where Σw = 0)
+    ref = np.empty(50, dtype=np.int64)
+    for r in range(50):
+        row = w[r] if w[r].sum() > 0 else fb[r]
+        c = np.cumsum(row)
+        hit = np.flatnonzero((c > u[r] * c[-1]) & (row > 0))
+        ref[r] = hit[0] if hit.size else np.flatnonzero(row > 0)[-1]
     got = torch_backend._inverse_cdf(torch.tensor(w), torch.tensor(u), torch.tensor(fb)).numpy()
     assert_array_equal(got, ref)
 

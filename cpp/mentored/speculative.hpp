@@ -1,34 +1,41 @@
-// The speculative sampling step with a chosen verifier π (docs/theory.md §2), in vLLM's layout.
+// The speculative sampling step with a chosen verifier π (docs/theory.md §2, §8), in vLLM's
+// flattened layout: the one implementation of accept / first rejection / residual / bonus for host
+// memory. Every host entry point (mentored.speculative_step, serving.rejection_sample on numpy and on
+// CPU tensors, serving.Verifier) is one call of verify_batch.
 //
-// For each sequence b and draft position j = 0..k−1, with x = draft[b, j] drawn from q[b, j]:
-//     accept x  iff  u[b, j, 0] · q_x < π_x        (probability min(1, π_x/q_x) for u ~ U[0, 1)),
-//     else emit  the first i with  C_i > u[b, j, 1] · C_{V−1},   C_i = Σ_{l≤i} (π_l − q_l)₊
-// with q read as q/Σq, the row π was solved for (its sum is 1 only to a tolerance),
-//                (inverse CDF of the residual (π − q)₊ / Σ(π − q)₊), and stop the row.
-// The emitted token has law exactly π (docs/theory.md §2). Output row b: the accepted drafts, then the
-// residual token at the first rejection, then −1 at every later position; column k holds
-// bonus[b] only when all k drafts were accepted. With π = p this is lossless speculative sampling,
-// decision for decision, given the same uniforms.
-//
-// Layouts (C-contiguous): pi, q [B, k, V]; draft [B, k]; bonus [B]; u [B, k, 2] (column 0 decides
-// acceptance, column 1 samples the residual); out [B, k + 1]. The residual is summed in float64.
-// If rounding leaves no residual mass (π = q to rounding, where a rejection has probability 0),
-// the token is drawn from π itself by the same inverse CDF.
-//
-// verify_batch (below) also solves: it takes p and q instead of π, and solves each position's π
-// into a per-thread scratch row just before its acceptance test, so that a whole step is one call.
+// Request b owns n[b] consecutive positions; position t has parent t − 1 within its request (none
+// at the first): a chain, walked from its root until the first rejection. At position t, with
+// target p, drafter q and draft x:
+//   random, dense q:   π solved just before the test (or given); accept x iff u0·q_x/Σq < π_x,
+//                      else the first i with C_i > u1·C_{V−1}, C_i = Σ_{l≤i} (π_l − q_l/Σq)₊,
+//                      the inverse CDF of the residual (π − q)₊ (from π itself where rounding
+//                      leaves it no mass); q is read as q/Σq, the row π was solved for.
+//   random, no q:      q = δ_x (a token-only drafter); π_x the largest within budget (onehot_pi_x,
+//                      or given); accept iff u0 < π_x, else the inverse CDF of p without x (π off
+//                      x is proportional to p).
+//   greedy request:    π = δ_{argmax p} (first maximum): accept iff x = argmax p, else emit it.
+//   placeholder x = −1: always rejected; a random request draws from p (there is no draft to lean
+//                      toward), a greedy one emits argmax p.
+// The emitted token has law exactly π (docs/theory.md §2). Output row b: the accepted drafts, then
+// the token at the first rejection, then −1; column n[b] holds bonus[b] only when all n[b] drafts
+// were accepted. With π = p this is lossless speculative sampling, decision for decision, given the
+// same uniforms. Every row the call is given is checked, those no decision reads included, so that
+// bad input is never answered silently.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "program.hpp"
 #include "solve.hpp"
 
 namespace mentored {
@@ -36,7 +43,7 @@ namespace mentored {
 // Statuses of a step (mentored/speculative.py maps them to errors, naming request and position).
 enum class StepStatus : int {
   ok = 0,
-  bad_token = 1,    // a draft id outside [0, V) (the placeholder −1 included)
+  bad_token = 1,    // a draft id outside [0, V) (−1 too, where placeholders are not allowed)
   zero_row = 2,     // a row of p or q sums to zero
   bad_value = 3,    // NaN, ±inf or a negative entry
   unreachable = 4,  // zeros = keep: the end of the finite curve out of reach (rounding)
@@ -89,49 +96,12 @@ std::int64_t decide(const P* pj, const T* qj, std::int64_t x, const double* u, s
   return y;
 }
 
-// 1/Σq of a draft row as the solve scales it (OneShot::sums_check: the float64 sum of stats_pass),
-// 1 where Σq has no finite positive reciprocal (a row the solve would have refused).
-template <class T>
-double draft_scale(const T* q, std::size_t V) {
-  double stats[3];
-  stats_pass(q, V, stats);
-  const double iq = 1.0 / stats[0];
-  return stats[0] > 0.0 && iq < kInf ? iq : 1.0;
-}
+// ---------------------------------------------------------------- the verifier of each position
 
-// One sequence; returns its status.
-template <class T>
-StepStatus speculative_row(const T* pi, const T* q, const std::int64_t* draft, std::int64_t bonus, const double* u,
-                           std::size_t k, std::size_t V, std::int64_t* out) {
-  for (std::size_t j = 0; j <= k; ++j) out[j] = -1;
-  for (std::size_t j = 0; j < k; ++j) {
-    const std::int64_t x = draft[j];
-    if (x < 0 || static_cast<std::size_t>(x) >= V) return StepStatus::bad_token;
-    bool accepted;
-    out[j] = decide(pi + j * V, q + j * V, x, u + 2 * j, V, draft_scale(q + j * V, V), accepted);
-    if (!accepted) return StepStatus::ok;
-  }
-  out[k] = bonus;
-  return StepStatus::ok;
-}
-
-// All sequences, OpenMP over b (threads ≤ 0: the OpenMP default). status [B].
-template <class T>
-void speculative_batch(const T* pi, const T* q, const std::int64_t* draft, const std::int64_t* bonus, const double* u,
-                       std::size_t B, std::size_t k, std::size_t V, int threads, std::int64_t* out, int* status) {
-#ifdef _OPENMP
-  const int nt = static_cast<int>(std::min<std::size_t>(threads > 0 ? threads : omp_get_max_threads(), B));
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-#endif
-  for (long long b = 0; b < static_cast<long long>(B); ++b) {
-    const std::size_t r = static_cast<std::size_t>(b);
-    status[r] = static_cast<int>(
-        speculative_row(pi + r * k * V, q + r * k * V, draft + r * k, bonus[r], u + r * k * 2, k, V, out + r * (k + 1)));
-  }
-  (void)threads;
-}
-
-// ---------------------------------------------------------------- solve and verify in one call
+// A request's divergence: a built-in, a user generator's program, or π given by the caller (a user
+// generator the core cannot evaluate: the Python side solved π, or π_x of a token-only drafter).
+struct GivenF {};
+using StepF = std::variant<BuiltinF, ProgramF, GivenF>;
 
 // π of one position into pi: solve's budget mode; with keep (zeros = "keep") and f∞ < ∞, a row
 // whose optimum continued onto {p = 0} (t_hi = ∞) is solved again at the end of the finite curve,
@@ -158,9 +128,64 @@ Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::siz
   return Status::ok;
 }
 
-// Status of a row that no decision reads (after a rejection, and the bonus position's target row):
-// checked as a solve would check it (finite, nonnegative, a positive sum within rtol of 1), so that
-// bad input is never answered silently. stats: its {Σ, min, max} (stats_pass).
+// y·f̃(x/y) for y > 0, x ≥ 0: finite however small y is, through the perspective past DBL_MAX.
+template <class F>
+double perspective(const F& f, double x, double y) {
+  const double t = x / y;
+  if (t < kInf) {
+    const double v = f(t);
+    if (v < kInf) return y * v;
+  }
+  return term_huge_of(f, y, (x * kHugeDown) / y, 0);
+}
+
+// The closed forms of π_x for q = δ_x: tv, p_x + ε; chi2, p_x + √(ε p_x (1 − p_x)) (docs/theory.md §8).
+template <class F>
+bool onehot_closed_form(const F&, double, double, double&) {
+  return false;
+}
+inline bool onehot_closed_form(const BuiltinF& f, double px, double eps, double& a) {
+  if (f.g == Generator::tv) a = std::min(px + eps, 1.0);
+  else if (f.g == Generator::chi2) a = std::min(px + std::sqrt(eps * px * (1.0 - px)), 1.0);
+  else return false;
+  return true;
+}
+
+constexpr int kOnehotHalvings = 80;  // of [p_x, 1]: absolute error 2⁻⁸⁰
+
+// π_x of the verifier of a token-only drafter q = δ_x (docs/theory.md §8), px = p_x/Σp: the largest
+// a ∈ [p_x, 1] with p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)) ≤ ε (the rest of π is
+// (1 − a)/(1 − p_x)·p), by bisection where no closed form is known. Where p_x = 0: 0 with keep or
+// f∞ = ∞, else the largest z with f̃(1 − z) + f̃∞ z ≤ ε. mentored.serving.onehot_acceptance is this.
+template <class F>
+double onehot_pi_x(const F& f, double px, double eps, bool keep) {
+  const bool zero = px <= 0.0;
+  double a;
+  if (!onehot_closed_form(f, px, eps, a)) {
+    const double rest = 1.0 - px;
+    const bool some = rest > 0.0;
+    const double pos = zero ? 1.0 : px, rest1 = some ? rest : 1.0;
+    const auto D = [&](double v) {  // off the target's support a unit of mass costs f̃∞ (0·∞ = 0)
+      const double t1 = zero ? (v > 0.0 ? v * f.f_inf : 0.0) : perspective(f, v, pos);
+      return t1 + (some ? perspective(f, 1.0 - v, rest1) : 0.0);
+    };
+    double lo = px + 0.0, hi = 1.0;
+    const bool top = D(hi) <= eps;
+    for (int i = 0; i < kOnehotHalvings; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      if (D(mid) <= eps) lo = mid;
+      else hi = mid;
+    }
+    a = top ? 1.0 : lo;
+  }
+  a = eps <= 0.0 ? px : (a > px ? a : px);  // NaN (ε = ∞ in a closed form at p_x ∈ {0, 1}): p_x
+  if (zero && (keep || !(f.f_inf < kInf))) a = 0.0;
+  return a;
+}
+
+// Status of a row that no decision reads (after a rejection, and the bonus position's target row),
+// and of the rows of a position decided without a solve: checked as a solve would check it
+// (finite, nonnegative, a positive sum within rtol of 1). stats: its {Σ, min, max} (stats_pass).
 template <class T>
 Status check_row(const T* x, std::size_t V, double rtol, double* stats) {
   stats_pass(x, V, stats);
@@ -169,6 +194,17 @@ Status check_row(const T* x, std::size_t V, double rtol, double* stats) {
   if (!(std::fabs(stats[0] - 1.0) <= rtol)) return Status::off_sum;
   return Status::ok;
 }
+
+// The first i with the largest x_i (numpy's argmax of a checked row).
+template <class T>
+std::int64_t argmax(const T* x, std::size_t V) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < V; ++i)
+    if (x[i] > x[best]) best = i;
+  return static_cast<std::int64_t>(best);
+}
+
+// ---------------------------------------------------------------- one request, and a batch
 
 // Where a step failed: request b, position j (−1 when not yet known), the status, and the failing
 // row's numbers for the message: {Σ, min, max} of its target row, then of its draft row (a row
@@ -184,9 +220,6 @@ struct StepCheck {
   double rtol_p = kInf, rtol_q = kInf;
 };
 
-// One request of n drafts, rows p (its first n rows are read), q [n, V]; pi: a scratch row [V].
-// out [width] (width ≥ n + 1) is filled with −1, then the accepted drafts, the residual token at
-// the first rejection, or the bonus at column n. Positions are solved only when reached.
 // A failed row's error: its status at position j, with the numbers of its rows.
 inline StepError step_error(Status st, std::size_t j, const double* stats_p, const double* stats_q) {
   StepError e;
@@ -197,65 +230,138 @@ inline StepError step_error(Status st, std::size_t j, const double* stats_p, con
   return e;
 }
 
-// bonus_row: p holds the bonus position's target row after the n drafts' (speculative_step's
-// layout), checked as the rows no decision reads are.
+// A batch in the flattened layout (C-contiguous): request b owns n[b] consecutive positions from
+// start_b = Σ_{c<b} n[c] of q, draft, u (2 per position: u0 decides acceptance, u1 samples the
+// token), eps (eps_step = 1; or one budget for all: 0), pi and pi_x, and the rows from
+// start_b + b·extra of p (extra = 1 when p holds a bonus-position row after each request's drafts,
+// as speculative_step's target does, checked too; 0 otherwise). Optional (null): q (token-only
+// drafts), greedy [B], which [B] (the index of each request's divergence; null: 0), pi [T, V] and
+// pi_x [T] (π given, for requests whose divergence is GivenF, dense and token-only).
+// placeholders: −1 is a draft that is always rejected (otherwise an id outside [0, V)).
+template <class T>
+struct Step {
+  const T* p = nullptr;
+  const T* q = nullptr;
+  const std::int64_t* draft = nullptr;
+  const std::int64_t* n = nullptr;
+  const std::int64_t* bonus = nullptr;
+  const double* u = nullptr;
+  const double* eps = nullptr;
+  std::size_t eps_step = 0;
+  const bool* greedy = nullptr;
+  const std::int32_t* which = nullptr;
+  const T* pi = nullptr;
+  const double* pi_x = nullptr;
+  std::size_t B = 0, V = 0, extra = 0;
+  bool keep = false, placeholders = false;
+  StepCheck check;
+};
+
+// Request b of a step; scratch: a row [V] for π. out [width] (width ≥ n + 1) is filled with −1,
+// then the accepted drafts, the token at the first rejection, or the bonus at column n. Positions
+// are solved only when reached.
 template <class T, class F, class O>
-StepError verify_request(OneShot& row, const F& f, const T* p, const T* q, const std::int64_t* draft, std::size_t n,
-                         std::int64_t bonus, const double* u, const double* eps, std::size_t eps_step, std::size_t V,
-                         bool keep, T* pi, O* out, std::size_t width, const StepCheck& check = {}, bool bonus_row = false) {
+StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_t b, std::size_t s, T* scratch, O* out,
+                         std::size_t width) {
+  const std::size_t V = st.V, n = static_cast<std::size_t>(st.n[b]);
+  const T* p = st.p + (s + b * st.extra) * V;
+  const T* q = st.q ? st.q + s * V : nullptr;
+  const std::int64_t* draft = st.draft + s;
+  const std::int64_t bonus = st.bonus[b];
+  const double* u = st.u + 2 * s;
+  const bool greedy = st.greedy && st.greedy[b];
+  const StepCheck& check = st.check;
   for (std::size_t j = 0; j < width; ++j) out[j] = O(-1);
+  const std::int64_t lowest = st.placeholders ? -1 : 0;
   for (std::size_t j = 0; j < n; ++j)
-    if (draft[j] < 0 || static_cast<std::size_t>(draft[j]) >= V) return {StepStatus::bad_token, static_cast<std::int64_t>(j)};
+    if (draft[j] < lowest || draft[j] >= static_cast<std::int64_t>(V))
+      return {StepStatus::bad_token, static_cast<std::int64_t>(j)};
   if (bonus < 0 || static_cast<std::size_t>(bonus) >= V) return {StepStatus::bad_bonus, static_cast<std::int64_t>(n)};
-  double stats[6];
-  // The rows from `from` on that no decision reads: each target row, then each draft row.
+  double stats[6] = {1.0, 0.0, 0.0, 1.0, 0.0, 0.0};
+  // The rows of position l, checked without a solve; the target's {Σ, min, max} in stats[0..2].
+  const auto check_rows = [&](std::size_t l) -> StepError {
+    Status c = check_row(p + l * V, V, check.rtol_p, stats);
+    if (c != Status::ok) return step_error(c, l, stats, nullptr);
+    if (q) {
+      c = check_row(q + l * V, V, check.rtol_q, stats + 3);
+      if (c != Status::ok) return step_error(c, l, stats, stats + 3);
+    }
+    return {};
+  };
+  // The rows from `from` on that no decision reads, then the bonus position's target row.
   const auto check_rest = [&](std::size_t from) -> StepError {
     for (std::size_t l = from; l < n; ++l) {
-      Status st = check_row(p + l * V, V, check.rtol_p, stats);
-      if (st != Status::ok) return step_error(st, l, stats, nullptr);
-      st = check_row(q + l * V, V, check.rtol_q, stats + 3);
-      if (st != Status::ok) return step_error(st, l, stats, stats + 3);
+      const StepError e = check_rows(l);
+      if (e.status != StepStatus::ok) return e;
     }
-    if (bonus_row) {
-      const Status st = check_row(p + n * V, V, check.rtol_p, stats);
-      if (st != Status::ok) return step_error(st, n, stats, nullptr);
+    if (st.extra == 1) {
+      const Status c = check_row(p + n * V, V, check.rtol_p, stats);
+      if (c != Status::ok) return step_error(c, n, stats, nullptr);
     }
     return {};
   };
   for (std::size_t j = 0; j < n; ++j) {
     const T* pj = p + j * V;
-    const T* qj = q + j * V;
-    const Status st = solve_position(row, f, pj, qj, V, eps[j * eps_step], keep, pi, RowCheck{check.rtol_p, check.rtol_q, stats});
-    if (st != Status::ok) return step_error(st, j, stats, stats + 3);
+    const T* qj = q ? q + j * V : nullptr;
+    const std::int64_t x = draft[j];
+    const double* uj = u + 2 * j;
+    std::int64_t y = x;
     bool accepted;
-    // stats[3] = Σq as the solve read it: 1/Σq is the very scale it normalised q by.
-    out[j] = static_cast<O>(decide(pi, qj, draft[j], u + 2 * j, V, 1.0 / stats[3], accepted));
-    if (accepted) continue;
-    return check_rest(j + 1);
+    if (greedy || x < 0 || !qj) {
+      const StepError e = check_rows(j);
+      if (e.status != StepStatus::ok) return e;
+      if (greedy) {
+        y = argmax(pj, V);
+        accepted = x == y;
+      } else if (x < 0) {  // a placeholder: drawn from p
+        y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, uj[1]);
+        accepted = false;
+      } else {  // q = δ_x
+        double a;
+        if constexpr (std::is_same_v<F, GivenF>) a = st.pi_x[s + j];
+        else a = onehot_pi_x(f, static_cast<double>(pj[x]) / stats[0], st.eps[(s + j) * st.eps_step], st.keep);
+        accepted = uj[0] < a;
+        if (!accepted) {
+          y = inverse_cdf([&](std::size_t i) { return i == static_cast<std::size_t>(x) ? 0.0 : static_cast<double>(pj[i]); }, V, uj[1]);
+          if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, uj[1]);
+        }
+      }
+    } else {
+      const T* pi = scratch;
+      if constexpr (std::is_same_v<F, GivenF>) {
+        const StepError e = check_rows(j);
+        if (e.status != StepStatus::ok) return e;
+        pi = st.pi + (s + j) * V;
+      } else {
+        const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch,
+                                        RowCheck{check.rtol_p, check.rtol_q, stats});
+        if (c != Status::ok) return step_error(c, j, stats, stats + 3);
+      }
+      // stats[3] = Σq as the solve (or the check) read it: 1/Σq is the very scale π answers.
+      y = decide(pi, qj, x, uj, V, 1.0 / stats[3], accepted);
+    }
+    out[j] = static_cast<O>(y);
+    if (!accepted) return check_rest(j + 1);
   }
   const StepError rest = check_rest(n);
   if (rest.status == StepStatus::ok) out[n] = static_cast<O>(bonus);
   return rest;
 }
 
-// A batch of B requests in the flattened layout: request b owns n[b] consecutive rows of q, draft,
-// u (2 per row) and eps (or one budget for all: eps_step = 0) from start_b = Σ_{c<b} n[c], and rows
-// start_b + b·extra of p (extra = 1 when p holds a bonus-position row after each request's drafts,
-// as speculative_step's target does; 0 otherwise). out [B, width]. Returns the first request that
-// failed (B if none) and its error. On nt threads (batch_threads), OpenMP over requests; each
-// thread solves into its own scratch row.
+// All requests of a step, divergence divs[which[b]] for request b. out [B, width]. Returns the first
+// request that failed (B if none) and its error. On nt threads (batch_threads), OpenMP over
+// requests; each thread solves into its own scratch row.
 //
 // Requests go in chunks of at most max_rows rows (at least one request each); between chunks
 // `stop()` is asked whether to stop (the bindings check for signals there, Ctrl-C). A chunk with a
 // failed request ends the call: no later request can be the first to fail. Each thread's buffers
 // go back to kKeepTokens when the call ends, stopped or not.
-template <class T, class F, class O, class Stop>
-std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t* draft, const std::int64_t* n,
-                         const std::int64_t* bonus, const double* u, const double* eps, std::size_t eps_step,
-                         std::size_t B, std::size_t V, std::size_t extra, bool keep, int nt, O* out, std::size_t width,
-                         StepError& error, const StepCheck& check, std::size_t max_rows, const Stop& stop) {
+template <class T, class O, class Stop>
+std::size_t verify_batch(const Step<T>& st, const std::vector<StepF>& divs, int nt, O* out, std::size_t width,
+                         StepError& error, std::size_t max_rows, const Stop& stop) {
+  const std::size_t B = st.B, V = st.V, extra = st.extra;
   std::vector<std::size_t> start(B + 1, 0);
-  for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(n[b]);
+  for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(st.n[b]);
   std::vector<StepError> errors(B);
   // Requests [b0, b1); trim: the call ends with them.
   const auto run = [&](std::size_t b0, std::size_t b1, bool trim) {
@@ -270,10 +376,10 @@ std::size_t verify_batch(const F& f, const T* p, const T* q, const std::int64_t*
 #pragma omp for schedule(dynamic, 1)
 #endif
       for (long long bb = static_cast<long long>(b0); bb < static_cast<long long>(b1); ++bb) {
-        const std::size_t b = static_cast<std::size_t>(bb), s = start[b];
-        errors[b] = verify_request(row, f, p + (s + b * extra) * V, q + s * V, draft + s, static_cast<std::size_t>(n[b]),
-                                   bonus[b], u + 2 * s, eps + s * eps_step, eps_step, V, keep, scratch.data(), out + b * width,
-                                   width, check, extra == 1);
+        const std::size_t b = static_cast<std::size_t>(bb);
+        const StepF& f = divs[st.which ? static_cast<std::size_t>(st.which[b]) : 0];
+        errors[b] = std::visit(
+            [&](const auto& g) { return verify_request(row, g, st, b, start[b], scratch.data(), out + b * width, width); }, f);
       }
       if (trim) {
         row.trim(kKeepTokens);
