@@ -11,7 +11,7 @@ every round sees one machine state (timings on a shared machine are noisy: read 
 1. ``rejection_sample`` (mentored, torch input, validation off) against :func:`lossless_rejection_sample`
    at B·k = 64 (16 requests × 4 drafts), V = 131072, float32 probabilities, budget 0 and 0.1 (kl,
    tv); read the ratio mentored / lossless. On CPU tensors the rows are
-   solved by the compiled core (``mentored.serving.CPU_SOLVER = "core"``, zero-copy); the line
+   solved by the compiled core (``mentored.backends.CPU_SOLVER = "core"``, zero-copy); the line
    "torch sort" runs the device algorithm (``mentored.torch_backend``) on the CPU instead.
 2. The torch solve against the C++ core (``mentored.solve`` on numpy arrays) on 8 × 131072 float32
    rows at budget 0.1 (kl): ``mentored.solve`` on the tensors (on CPU tensors the backend hands the
@@ -35,6 +35,8 @@ import time
 
 import numpy as np
 import torch
+
+import mentored.backends
 
 PLACEHOLDER = -1
 
@@ -132,12 +134,12 @@ def main(argv=None):
     from mentored import serving
 
     def torch_algorithm(**kw):
-        # the device algorithm itself, also where the rows are CPU tensors (serving.CPU_SOLVER)
-        old, serving.CPU_SOLVER = serving.CPU_SOLVER, "torch"
+        # the device algorithm itself, also where the rows are CPU tensors (mentored.backends.CPU_SOLVER)
+        old, mentored.backends.CPU_SOLVER = mentored.backends.CPU_SOLVER, "torch"
         try:
             return rejection_sample(draft, n, q, p, bonus, validate=False, **kw)
         finally:
-            serving.CPU_SOLVER = old
+            mentored.backends.CPU_SOLVER = old
 
     if args.solve_only:
         return _solve_vs_core(p, q, device, calls, V)

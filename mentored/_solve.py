@@ -10,7 +10,7 @@ import numpy as np
 from . import _core
 from ._duality import certify_at
 from ._program import program
-from ._validate import as_pair, pair_arrays, per_row, refuse_pair, sum_rtol, threads_arg
+from ._validate import as_pair, per_row
 from .divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
@@ -79,7 +79,7 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
     return lam, mu
 
 
-def _finish(div, pi, res, binding, squeeze):
+def finish(div, pi, res, binding, squeeze):
     s, t_lo, t_hi, acc, dval = (res[:, j] for j in range(5))
     if div.compiled is not None and res.shape[1] >= 8:
         lam, mu = res[:, 6], res[:, 7]  # the core's, per row
@@ -92,17 +92,7 @@ def _finish(div, pi, res, binding, squeeze):
     return Solution(pi=pi, name=div.name, **fields)
 
 
-def _finish_tensors(div, pi, res, binding, squeeze, certify):
-    """The Solution of a solve on a torch device (π a tensor there, ``res`` the core's first five
-    columns as numpy); ``certify = (p, q, budgets, budget_mode)`` for ``check=True``, on host copies."""
-    if certify is not None:
-        p, q, budgets, budget_mode = certify
-        host = _finish(div, pi.cpu().numpy().reshape(len(res), -1), res, binding, False)
-        _check(host, p.cpu().numpy(), q.cpu().numpy(), div, budgets, budget_mode)
-    return _finish(div, pi, res, binding, squeeze)
-
-
-def _custom(div: Divergence):
+def custom_forms(div: Divergence):
     """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (docs/theory.md §1, tilted)."""
     c = div.tilt
     f_inf = div.f_inf - c
@@ -116,20 +106,14 @@ def _custom(div: Divergence):
     return vec, scalar, f_inf
 
 
-def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
-    """``out=`` of :func:`solve`, checked: π is written there, so nothing may be converted."""
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
-    if p.dtype != dtype or q.dtype != dtype or out.dtype != dtype:
-        raise ValueError(f"out needs target, draft and out of one dtype; got {p.dtype}, {q.dtype} and {out.dtype}")
-    if out.shape != p.shape:
-        raise ValueError(f"out must have the target's shape {p.shape}, got {out.shape}")
-    if not (out.flags.c_contiguous and out.flags.writeable):
-        raise ValueError("out must be a writeable C-contiguous array")
-    for name, x in (("target", p), ("draft", q)):
-        if np.shares_memory(out, x):
-            raise ValueError(f"out shares memory with the {name}: π is written while the inputs are read; pass a separate array")
-    return out
+def finish_tensors(div, pi, res, binding, squeeze, certify):
+    """The Solution of a solve on a torch device (π a tensor there, ``res`` the core's first five
+    columns as numpy); ``certify = (p, q, budgets, budget_mode)`` for ``check=True``, on host copies."""
+    if certify is not None:
+        p, q, budgets, budget_mode = certify
+        host = finish(div, pi.cpu().numpy().reshape(len(res), -1), res, binding, False)
+        check_solution(host, p.cpu().numpy(), q.cpu().numpy(), div, budgets, budget_mode)
+    return finish(div, pi, res, binding, squeeze)
 
 
 def solve(
@@ -198,77 +182,18 @@ def solve(
     >>> round(sol.acceptance, 12)  # 1 − TV(p, q) + ε
     0.8
     """
-    # torch tensors: mentored.torch_backend dispatches them (CPU: this core on shared memory; other
-    # devices: the torch algorithm), and π comes back as a tensor of the target's dtype and device.
-    if type(target).__module__.startswith("torch") or type(draft).__module__.startswith("torch"):
-        from .torch_backend import _solve_tensors
+    from .backends import get_backend
 
-        return _solve_tensors(
-            solve, _finish_tensors, target, draft, divergence=divergence, budget=budget, acceptance=acceptance,
-            threads=threads, normalize=normalize, check=check, out=out,
-        )
-    div = _divergence(divergence)
-    if (budget is None) == (acceptance is None):
-        raise ValueError("give exactly one of budget= and acceptance=")
-    nthreads = threads_arg(threads)
-    # Types and shapes here; entries and sums in the core's own first pass over each row, which
-    # refuses a row with a typed status and its sums, mapped to the errors by refuse_pair.
-    p, q = pair_arrays(target, draft)
-    squeeze = p.ndim == 1
-    p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
-    dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
-    # A float32 target with a float64 draft: the rows are solved in float64 (the target widened
-    # exactly) and π comes back float32, rounded toward p by the core as float32 rows are.
-    to_float32 = p2.dtype == np.float32 and dtype == np.float64
-    p2 = np.ascontiguousarray(p2, dtype=dtype)
-    q2 = np.ascontiguousarray(q2, dtype=dtype)
-    rows = p2.shape[0]
-    by_budget = budget is not None
-    if by_budget:
-        mode, values = _core.Mode.budget.value, per_row(budget, rows, "budget")
-    else:
-        mode, values = _core.Mode.acceptance.value, per_row(acceptance, rows, "acceptance", upper=1.0)
-    out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
-    rtols = sum_rtol(p.dtype, normalize), sum_rtol(q.dtype, normalize)
-    if div.compiled is not None:
-        core = _core.solve_to_float32 if to_float32 else _core.solve
-        pi, res, status, stats = core(p2, q2, div.compiled, mode, values, nthreads, *rtols, out2)
-    elif (compiled := program(div)) is not None:  # a sympy generator, evaluated by the core
-        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
-        pi, res, status, stats = core(p2, q2, compiled, mode, values, nthreads, *rtols, out2)
-    else:
-        vec, scalar, f_inf = _custom(div)
-        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
-        pi, res, status, stats = core(p2, q2, vec, scalar, f_inf, mode, values, *rtols, out2)
-    # A refused row raises its error here, from the core's numbers; normalised float64 rows whose sum
-    # has no float64 reciprocal (or passes DBL_MAX) are rescaled, and the batch is solved again.
-    if (status.any() or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
-        target, draft = as_pair(target, draft, True)
-        return solve(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads,
-                     normalize=True, check=check, out=out)
-    bad = np.flatnonzero(status)
-    if bad.size:
-        r = int(bad[0])
-        if status[r] == _core.Status.unreachable.value:  # the one status of a row whose entries and sums pass
-            raise ValueError(
-                f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
-                f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
-            )
-        raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
-    if by_budget:
-        binding = res[:, 0] < res[:, 5]
-    else:
-        binding = np.ones(rows, dtype=bool)
-    sol = _finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
-    if check:
-        _check(sol, p2, q2, div, values if by_budget else res[:, 4], by_budget)
-    return sol
+    return get_backend(target, draft).solve(
+        target, draft, divergence=divergence, budget=budget, acceptance=acceptance, threads=threads, normalize=normalize, check=check,
+        out=out,
+    )
 
 
 _ORACLE_MAX_N = 2000
 
 
-def _check(sol, p2, q2, div, budgets, budget_mode):
+def check_solution(sol, p2, q2, div, budgets, budget_mode):
     """solve(check=True): a certificate per row at the solver's own (λ, μ), and the oracle on small rows.
 
     A row whose certificate fails raises RuntimeError. The oracle (rows of at most 2000 tokens, finite
@@ -420,7 +345,7 @@ class MentoredPath:
             if compiled is not None:
                 self._tables[div] = (self._core.table_custom(compiled), compiled)
             else:
-                vec, scalar, f_inf = _custom(div)
+                vec, scalar, f_inf = custom_forms(div)
                 self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
         return self._tables[div]
 
@@ -463,7 +388,7 @@ class MentoredPath:
         s, t_lo, t_hi, dval, _ = self._frontier(div, np.array([budget]))[0]
         pi, acc = self._core.pi(s)
         res = np.array([[s, t_lo, t_hi, acc, dval]])
-        return _finish(div, pi[None, :], res, np.array([s < self.s_max(div)]), True)
+        return finish(div, pi[None, :], res, np.array([s < self.s_max(div)]), True)
 
     def frontier(self, budgets, divergence="kl") -> np.ndarray:
         r"""Optimal acceptance :math:`A^*(\varepsilon)` for each budget, :math:`O(\log n)` each."""

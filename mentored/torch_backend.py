@@ -33,7 +33,6 @@ device, CPU tensors included, for the tests and benchmarks.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import weakref
@@ -54,7 +53,7 @@ from ._validate import _check_zeros as check_zeros
 from ._validate import per_row
 from ._validate import _step_budgets as step_budgets
 
-__all__ = ["speculative_step"]  # solves: mentored.solve, which hands device tensors to _solve_tensors
+__all__ = ["backend_for", "TorchBackend"]  # the entry points reach this module through mentored.backends.get_backend
 
 _LN2 = math.log(2.0)
 _INF = math.inf
@@ -773,23 +772,19 @@ def _inverse_cdf(w: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor) -> to
     return torch.where(first < V, first, last)
 
 
-def speculative_step(
+def _step(
     target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None,
-    zeros="continue", numpy_step=None,
+    zeros="continue",
 ) -> torch.Tensor:
-    """:func:`mentored.speculative_step` for torch tensors: the uniforms drawn on their device (a seed
-    gives the same tokens on every device), then CPU tensors verified by the compiled core through
-    ``numpy_step`` (the numpy :func:`mentored.speculative_step`, handed down by it) on views of their
-    memory, and tensors on another device by the torch algorithm there."""
+    """:func:`mentored.speculative_step` for tensors on a device, by the torch algorithm there, on
+    uniforms drawn on that device (:func:`step_uniforms`: a seed gives the same tokens on every device)."""
     check_zeros(zeros)
     p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor)
     device = p.device
     B, k, V = q.shape
     budgets = step_budgets(budget, B, k)
     if uniforms is None:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
-        u = torch.rand((B, k, 2), generator=gen, device=device, dtype=torch.float64)
+        u = step_uniforms(seed, B, k, p)
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64, device=device)
         if tuple(u.shape) != (B, k, 2):
@@ -799,12 +794,6 @@ def speculative_step(
     bonus = bonus.to(device=device, dtype=torch.int64)
     if k == 0:
         return bonus.clone()
-    if numpy_step is not None and device.type in _CORE_DEVICES:
-        out = numpy_step(
-            _as_core_input(p, "target_with_bonus_probs"), bonus.numpy(), _as_core_input(q, "draft_probs"), draft.numpy(),
-            divergence=divergence, budget=budgets, uniforms=u.numpy(), zeros=zeros,
-        )
-        return torch.from_numpy(out)
     dtype = torch.float32 if p.dtype == q.dtype == torch.float32 else torch.float64
     q = q.to(dtype)
     T = B * k
@@ -821,7 +810,6 @@ def speculative_step(
     return _verify(pi_x, q_x, u.reshape(T, 2), x, bonus[:, 0], _Chains.uniform(B, k, device), rows).to(torch.int64)
 
 
-_CORE_DEVICES = ("cpu",)  # devices whose tensors mentored.solve hands to the compiled core
 
 
 def _as_core_input(x, name: str):
@@ -834,39 +822,14 @@ def _as_core_input(x, name: str):
     return x.detach().resolve_conj().resolve_neg().numpy()
 
 
-def _solve_tensors(solve_np, finish, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
-    """:func:`mentored.solve` for torch tensors: π as a tensor of the target's dtype and device.
-
-    ``solve_np`` is :func:`mentored.solve` itself and ``finish`` makes the Solution of a device solve
-    (its λ, μ and ``check=True``), both handed down by it: this module does not import ``_solve``.
-
-    CPU tensors go to the compiled core through numpy views of their memory (no copy when they are
-    contiguous float32/float64); ``out`` may be a CPU tensor. Tensors on another device are solved
-    there by the torch algorithm (``_Rows``), with the Solution's per-row fields read back as numpy.
-    """
-    tensors = [x for x in (target, draft) if isinstance(x, torch.Tensor)]
-    devices = {x.device for x in tensors}
-    if len(devices) > 1 or (len(tensors) == 1 and tensors[0].device.type not in _CORE_DEVICES):
-        raise ValueError(f"target and draft must be on one device, got {_where(target)} and {_where(draft)}")
-    device = devices.pop()
-    if device.type in _CORE_DEVICES:
-        out_np = out.detach().numpy() if isinstance(out, torch.Tensor) else out
-        sol = solve_np(
-            _as_core_input(target, "target"), _as_core_input(draft, "draft"), divergence=divergence, budget=budget, acceptance=acceptance,
-            threads=threads, normalize=normalize, check=check, out=out_np,
-        )
-        pi = out if isinstance(out, torch.Tensor) else torch.from_numpy(sol.pi)
-        return dataclasses.replace(sol, pi=pi)
-    if out is not None:
-        raise ValueError("out= is for CPU tensors and numpy arrays; on another device take Solution.pi")
-    return _solve_on_device(finish, target, draft, divergence, budget, acceptance, normalize, check)
-
-
 def _where(x) -> str:
     return f"{x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
-def _solve_on_device(finish, target, draft, divergence, budget, acceptance, normalize, check):
+def _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check):
+    """:func:`mentored.solve` for tensors on a device: the torch algorithm (``_Rows``) there, the
+    Solution's per-row fields read back as numpy."""
+    from ._solve import finish_tensors
 
     div = _divergence(divergence)
     forms = _torch_forms(div)
@@ -910,7 +873,7 @@ def _solve_on_device(finish, target, draft, divergence, budget, acceptance, norm
     res = torch.stack([s, point.t_lo, point.t_hi, acc, D], -1).cpu().numpy()  # the core's first five columns
     binding = res[:, 0] < rows.s_max("continue").cpu().numpy() if budget is not None else np.ones(R, dtype=bool)
     certify = (p, q, res[:, 4] if budget is None else values, budget is not None) if check else None
-    return finish(div, _as_output(pi64, p, target.dtype, forms), res, binding, squeeze, certify)
+    return finish_tensors(div, _as_output(pi64, p, target.dtype, forms), res, binding, squeeze, certify)
 
 
 def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -923,3 +886,244 @@ def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
     if bool((sums <= 0).any()):
         raise ValueError(f"{name} has all-zero rows: {int((sums <= 0).nonzero()[0, 0])}")
     return sums
+
+
+# ---------------------------------------------------------------- the backends of tensors
+
+
+def generator_uniforms(gen, n: int) -> torch.Tensor:
+    """n pairs of uniforms from a torch.Generator, on its device."""
+    return torch.rand((n, 2), generator=gen, dtype=torch.float64, device=gen.device)
+
+
+def step_uniforms(seed, B: int, k: int, like: torch.Tensor) -> torch.Tensor:
+    """speculative_step's uniforms (B, k, 2) on ``like``'s device from ``seed`` (torch's own seed if
+    None): the same seed gives the same uniforms, hence the same tokens, on every device."""
+    gen = torch.Generator(device=like.device)
+    gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
+    return torch.rand((B, k, 2), generator=gen, device=like.device, dtype=torch.float64)
+
+
+def plan_uniforms(plan, generators, device) -> torch.Tensor:
+    """Uniforms (T, 2) of serving's layout on ``device``: torch's global RNG, and each seeded request's
+    own generator (numpy or torch) for its positions."""
+    u = torch.rand((plan.T, 2), dtype=torch.float64, device=device)
+    for b, gen in (generators or {}).items():
+        b = int(b)
+        n = int(plan.n[b])
+        if n == 0 or plan.greedy[b]:
+            continue
+        s = int(plan.starts[b])
+        if isinstance(gen, np.random.Generator):
+            u[s : s + n] = torch.from_numpy(gen.random((n, 2))).to(device)
+        else:
+            u[s : s + n] = torch.rand((n, 2), generator=gen, dtype=torch.float64, device=gen.device).to(device)
+    return u
+
+
+
+class _CpuViews:
+    """How the host backend sees CPU tensors: numpy views of their memory in, tensors out, and
+    torch's generators for the uniforms (so that a torch seed gives the tokens it gives on a device)."""
+
+    @staticmethod
+    def to_host(x, name):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on {x.device}; the other arguments are CPU tensors or numpy arrays: put them on one device")
+        return _as_core_input(x, name)
+
+    @staticmethod
+    def like(out):
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def uniforms(plan, generators):
+        return plan_uniforms(plan, generators, "cpu").numpy()
+
+    @staticmethod
+    def step_uniforms(seed, B, k, like):
+        return step_uniforms(seed, B, k, torch.as_tensor(like)).numpy()
+
+
+class TorchBackend:
+    """Tensors on a device, computed there by torch (:mod:`mentored.backends`)."""
+
+    name = "torch"
+    xp = torch
+
+    def __init__(self, device):
+        self.device = device
+
+    @staticmethod
+    def to_host(x, name="input"):
+        return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+    def like(self, out):
+        return torch.as_tensor(out, device=self.device)
+
+    def solve(self, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
+        tensors = [x for x in (target, draft) if isinstance(x, torch.Tensor)]
+        if len({x.device for x in tensors}) > 1 or len(tensors) == 1:
+            raise ValueError(f"target and draft must be on one device, got {_where(target)} and {_where(draft)}")
+        if out is not None:
+            raise ValueError("out= is for CPU tensors and numpy arrays; on another device take Solution.pi")
+        return _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check)
+
+    def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
+             zeros, normalize):
+        if normalize:
+            target_with_bonus_probs, draft_probs = (_normalized_tensor(x, name) for x, name in (
+                (target_with_bonus_probs, "target_with_bonus_probs"), (draft_probs, "draft_probs")))
+        return _step(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget, seed=seed,
+                     uniforms=uniforms, zeros=zeros)
+
+    def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
+               normalize):
+        return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
+                                 normalize)
+
+
+def backend_for(tensors, cpu_solver: str = "core"):
+    """The backend of a call whose array arguments include ``tensors``: the host backend on views of
+    CPU tensors (``cpu_solver = "core"``), this module's device algorithm otherwise."""
+    from .backends.host import HostBackend
+
+    devices = {x.device for x in tensors if isinstance(x, torch.Tensor)}
+    if devices <= {torch.device("cpu")} and cpu_solver == "core":
+        return HostBackend(_CpuViews)
+    return TorchBackend(next(iter(devices)))
+
+
+def _onehot(px, eps, div, zeros: str):
+    """serving.onehot_acceptance's bisection on tensors (:func:`mentored.backends.host.onehot_bisection`)."""
+    from .backends.host import onehot_bisection
+
+    return onehot_bisection(_TorchOps(), px, eps, div, zeros, _torch_forms(div).perspective)
+
+
+
+
+def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, normalize):
+    """:func:`mentored.serving.rejection_sample` for tensors on a device (or CPU tensors with
+    ``CPU_SOLVER = "torch"``): each position's acceptance test and its rows at a rejection, then
+    :func:`_verify`."""
+    from .backends.host import given_uniforms
+    from .serving import _check_ids
+
+    B, T = plan.B, plan.T
+    p = torch.as_tensor(target_probs)
+    device = p.device
+    draft = torch.as_tensor(draft_token_ids, device=device)
+    bonus = torch.as_tensor(bonus_token_ids, device=device).reshape(-1)
+    q = None if draft_probs is None else torch.as_tensor(draft_probs, device=device)
+    if p.ndim != 2 or p.shape[0] != T:
+        raise ValueError(f"target_probs must have shape (num_tokens, V) = ({T}, V), got {tuple(p.shape)}")
+    if q is not None and q.shape != p.shape:
+        raise ValueError(f"draft_probs must have the shape of target_probs {tuple(p.shape)}, got {tuple(q.shape)}")
+    V = p.shape[1]
+    for name, x in (("draft_token_ids", draft), ("bonus_token_ids", bonus)):  # dtypes: no synchronisation
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
+    if validate:
+        for name, x in (("target_probs", p), ("draft_probs", q)):
+            if x is None:
+                continue
+            if not x.dtype.is_floating_point or x.element_size() < 4:
+                raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+            if T:
+                check_rows(x, name, plan.where, normalize)
+        _check_ids(draft, bonus, V, B, T)
+    draft = draft.to(torch.int64)
+    bonus = bonus.to(torch.int64)
+
+    def dev(a):
+        return torch.as_tensor(a, device=device)
+
+    if uniforms is not None:
+        u = torch.as_tensor(given_uniforms(uniforms.cpu().numpy() if isinstance(uniforms, torch.Tensor) else uniforms, T), device=device)
+    else:
+        u = plan_uniforms(plan, generators, device) if plan.rnd.size else None
+
+    # Each position's acceptance test, u0·q_x < π_x, and its rows at a rejection (torch_backend._verify):
+    # greedy positions have π = δ_argmax and q_x = 1, token-only drafts q = δ_x.
+    pi_x = torch.zeros(T, dtype=torch.float64, device=device)
+    q_x = torch.ones(T, dtype=torch.float64, device=device)
+    argmax = torch.full((T,), -1, dtype=torch.int64, device=device)
+    grd, rnd = plan.grd, plan.rnd
+    if grd.size:
+        gi = dev(grd)
+        argmax[gi] = (p if grd.size == T else p[gi]).argmax(-1)
+        pi_x[gi] = (draft[gi] == argmax[gi]).to(torch.float64)
+    point = sp = sq = None
+    rows_of_rnd = None
+    if rnd.size:
+        ri = dev(rnd)
+        xs = draft[ri].clamp(min=0)[:, None]
+        P = p if rnd.size == T else p[ri]
+        if q is None:
+            px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
+            a = torch.empty_like(px)
+            for div, idx in plan.groups:
+                sel = slice(None) if idx is None else dev(idx)
+                a[sel] = _onehot(px[sel], dev(plan.eps_rnd if idx is None else plan.eps_rnd[idx]), div, zeros)
+            pi_x[ri] = a
+        else:
+            Q = q if rnd.size == T else q[ri]
+            # Only the thresholds of each row are kept (six numbers): π_x for the acceptance test
+            # here, whole rows of π only where a request rejected (rows, below). Rows are normalised
+            # in float64 (as the core does) where they are solved; elsewhere only their sums are
+            # needed, summed as the core sums them (_row_sums: a plain sum is an ulp off, and so is p/Σp).
+            sp = _row_sums(P.to(torch.float64))
+            sq = _row_sums(Q.to(torch.float64))
+            # Rows at budget 0 need no solve (π = p); the budgets are on the host, so this costs no sync.
+            point = _Point.identity(rnd.size, P)
+            for div, idx in plan.groups:
+                sel = np.arange(rnd.size) if idx is None else idx
+                sel = sel[plan.eps_rnd[sel] > 0]
+                if sel.size == rnd.size:
+                    Pn = P.to(torch.float64) / sp[:, None]
+                    Qn = Q.to(torch.float64) / sq[:, None]
+                    point = solve_point(Pn, Qn, div, dev(plan.eps_rnd), zeros)
+                elif sel.size:
+                    ii = dev(sel)
+                    Pn = P[ii].to(torch.float64) / sp[ii, None]
+                    Qn = Q[ii].to(torch.float64) / sq[ii, None]
+                    point.put(ii, solve_point(Pn, Qn, div, dev(plan.eps_rnd[sel]), zeros))
+                Pn = Qn = None
+            # π answers q/Σq: the test and the residual read that q
+            q_x[ri] = Q.gather(-1, xs)[:, 0].to(torch.float64) / sq
+            pi_x[ri] = point.pi(P.gather(-1, xs)[:, 0].to(torch.float64) / sp, q_x[ri])
+        rows_of_rnd = torch.full((T,), 0, dtype=torch.int64, device=device)
+        rows_of_rnd[ri] = torch.arange(rnd.size, device=device)
+    greedy = dev(plan.greedy[plan.req])
+
+    def rows(ts):
+        """(π, q, p) at positions ts, float64, whose residual (π − q)₊ the rule draws from."""
+        p_t = p[ts].to(torch.float64)
+        if not rnd.size:
+            pi_t, q_t = p_t, torch.zeros_like(p_t)
+        elif q is None:  # π off x is ∝ p: the residual is p without x, (p − p_x·δ_x)₊
+            x = draft[ts].clamp(min=0)[:, None]
+            pi_t, q_t = p_t, torch.zeros_like(p_t).scatter_(-1, x, p_t.gather(-1, x))
+        else:
+            j = rows_of_rnd[ts]
+            pi_t = point.take(j).pi(P[j].to(torch.float64) / sp[j, None], Q[j].to(torch.float64) / sq[j, None])
+            q_t = q[ts].to(torch.float64) / sq[j, None]
+        if grd.size:
+            g = greedy[ts][:, None]
+            hot = torch.zeros_like(p_t).scatter_(-1, argmax[ts].clamp(min=0)[:, None], 1.0)
+            pi_t, q_t, p_t = torch.where(g, hot, pi_t), torch.where(g, 0.0, q_t), torch.where(g, hot, p_t)
+        return pi_t, q_t, p_t
+
+    if u is None:  # greedy requests only: their test and token do not read u
+        u = torch.zeros((T, 2), dtype=torch.float64, device=device)
+    chains = _Chains.of(plan.n, plan.starts, plan.req, plan.pos, device)
+    return _verify(pi_x, q_x, u, draft, bonus, chains, rows)
+
+
+def _normalized_tensor(x, name: str):
+    """Rows of a tensor divided by their float64 sums, in its own dtype; rows summing to 0 refused."""
+    sums = check_rows(x, name, normalize=True).reshape(x.shape[:-1] + (1,))
+    return x / sums.to(x.dtype)

@@ -13,7 +13,7 @@ from scipy import stats
 import mentored
 from mentored.oracle import oracle_solve
 from mentored.serving import PLACEHOLDER_TOKEN_ID, Verifier, onehot_acceptance, rejection_sample
-from mentored.speculative import solve_pi
+from mentored.backends.host import solve_pi
 
 torch = pytest.importorskip("torch")
 
@@ -318,7 +318,7 @@ def test_torch_onehot_equals_numpy(div, rng):
     px = np.concatenate([rng.random(50), [0.0, 1.0, 1e-300]])
     eps = rng.random(px.size) * 0.3
     a_np = onehot_acceptance(px, eps, div)
-    from mentored.serving import _onehot_torch
+    from mentored.torch_backend import _onehot as _onehot_torch
 
     a_t = _onehot_torch(torch.as_tensor(px), torch.as_tensor(eps), mentored.divergence(div), "keep").numpy()
     assert_allclose(a_t, a_np, rtol=1e-12, atol=1e-15)
@@ -607,7 +607,7 @@ def test_custom_divergences_on_torch_tensors(solver, monkeypatch, rng):
     t = sp.Symbol("t", positive=True)
     with pytest.warns(mentored.NumericCheckWarning, match="bisection"):  # sympy does not solve f'(t) = y here
         div = mentored.Divergence.from_sympy(t * sp.log(t) + (t - 1) ** 2, t, name="kl")
-    monkeypatch.setattr(serving, "CPU_SOLVER", solver)
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", solver)
     V, n = 25, [3, 0, 2]
     T = sum(n)
     p = rng.dirichlet(np.full(V, 0.5), T + len(n) - 1)[:T]
@@ -689,13 +689,13 @@ def _emitters(p, q, div, budget, dtype, **kw):
         from mentored import torch_backend
 
         R = x.size
-        return torch_backend.speculative_step(
+        return torch_backend._step(
             torch.as_tensor(np.tile(P, (R, 2, 1))), torch.zeros((R, 1), dtype=torch.int64), torch.as_tensor(np.tile(Q, (R, 1, 1))),
             torch.as_tensor(x[:, None]), divergence=div, budget=budget, uniforms=u[:, None, :], zeros="keep",
         )[:, 0].numpy()
 
     paths = {"numpy": rs("numpy"), "torch": rs("torch"), "verifier": verifier, "speculative_step": step, "torch_step": torch_step}
-    if not kw:  # (torch_backend.speculative_step takes rows as given: normalize= is the entry point's)
+    if not kw:  # (torch_backend._step takes rows as given: normalize= is the entry point's)
         paths["device_step"] = device_step
     return paths
 

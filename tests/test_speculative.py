@@ -198,7 +198,7 @@ def test_core_refuses_bad_ids_and_shapes():
 def _two_calls(p, bonus, q, draft, u, div, budget, zeros):
     """speculative_step as it was before the one-call core: every position's π in Python, then the
     core's decision call with π given."""
-    from mentored.speculative import solve_pi
+    from mentored.backends.host import solve_pi
 
     B, k, V = q.shape
     eps = np.broadcast_to(np.asarray(budget, dtype=np.float64), (B, k)).ravel()

@@ -54,7 +54,7 @@ def backend(request, monkeypatch):
     if kind == "numpy":
         return lambda a: a, None
     if kind == "torch_device_path":
-        monkeypatch.setattr(tb, "_CORE_DEVICES", ())  # CPU tensors solved by the torch algorithm
+        monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # CPU tensors solved by the torch algorithm
         return torch.from_numpy, "cpu"
     if kind == "torch_cuda":
         if not torch.cuda.is_available():
@@ -87,7 +87,7 @@ def test_solve_returns_pi_in_the_inputs_kind_dtype_and_device(backend, dtype, rn
 
 def test_check_and_dual_parameters_on_the_device_path(monkeypatch, rng):
     # solve(check=True) certifies a device solve on host copies, at the λ, μ the numpy path reports
-    monkeypatch.setattr(tb, "_CORE_DEVICES", ())
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
     p, q = _rows(rng)
     ref = mentored.solve(p, q, divergence="kl", budget=0.05)
     got = mentored.solve(torch.from_numpy(p), torch.from_numpy(q), divergence="kl", budget=0.05, check=True)
@@ -105,7 +105,7 @@ def test_cpu_tensors_reach_the_core_without_a_copy(rng):
 
 
 def test_acceptance_mode_on_the_device_path(monkeypatch, rng):
-    monkeypatch.setattr(tb, "_CORE_DEVICES", ())
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
     p, q = _rows(rng)
     for a in (0.5, 0.9):
         ref = mentored.solve(p, q, divergence="hellinger", acceptance=a)
@@ -276,7 +276,7 @@ def test_the_targets_zeros_get_no_mass_they_may_not_have(div, dtype, device_code
     # p = 0 tokens a share (s − D_up)/Q0 of q at s = 0 (5.6e-17 of mass, D = ∞ under kl).
     if device_code:
         monkeypatch.setattr(tb, "_host_reads", lambda x: False)
-    monkeypatch.setattr(tb, "_CORE_DEVICES", ())  # mentored.solve on CPU tensors: the device's solve too
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # mentored.solve on CPU tensors: the device's solve too
     P, Q = _zero_heavy_rows(rng, dtype)
     one_hot = np.arange(len(P)) < 4
     refuse_zeros = np.isinf(mentored.divergence(div).f_inf)
@@ -298,7 +298,7 @@ def test_the_targets_zeros_get_no_mass_they_may_not_have(div, dtype, device_code
 
 
 def test_the_device_path_leaves_its_inputs_alone(rng, monkeypatch):
-    monkeypatch.setattr(tb, "_CORE_DEVICES", ())
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
     p, q = (torch.from_numpy(x * 1.0000001) for x in _rows(rng))  # float64 rows to be normalised
     before = p.clone(), q.clone()
     mentored.solve(p, q, divergence="kl", budget=0.05)
@@ -328,7 +328,7 @@ def test_every_device_verification_is_one_function(monkeypatch, rng):
     calls = []
     verify = tb._verify
     monkeypatch.setattr(tb, "_verify", lambda *args: calls.append(1) or verify(*args))
-    monkeypatch.setattr(serving, "CPU_SOLVER", "torch")  # the device algorithm, on CPU tensors
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # the device algorithm, on CPU tensors
     B, k, V = 3, 4, 30
     p = rng.dirichlet(np.full(V, 0.4), (B, k + 1))
     q = rng.dirichlet(np.full(V, 0.4), (B, k))
@@ -337,7 +337,7 @@ def test_every_device_verification_is_one_function(monkeypatch, rng):
     u = rng.random((B, k, 2))
     want = mentored.speculative_step(p, bonus, q, draft, divergence="js", budget=0.2, uniforms=u)
     t = torch.from_numpy
-    got = tb.speculative_step(t(p), t(bonus), t(q), t(draft), divergence="js", budget=0.2, uniforms=t(u))
+    got = mentored.speculative_step(t(p), t(bonus), t(q), t(draft), divergence="js", budget=0.2, uniforms=t(u))
     np.testing.assert_array_equal(got.numpy(), want)
     assert len(calls) == 1
     n, ids = [k, 0, 2], np.concatenate([draft[0], draft[2, :2]])

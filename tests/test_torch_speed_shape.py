@@ -1,6 +1,6 @@
 """The torch device path: its shape of work (one sort per row, no host synchronisation, O(V) memory
 per row) and its answers (the core's π; rejection_sample's decisions) with the torch algorithm itself
-solving CPU tensors (serving.CPU_SOLVER = "torch")."""
+solving CPU tensors (mentored.backends.CPU_SOLVER = "torch")."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_torch_solve_matches_the_core_on_longer_rows(search, rng, monkeypatch):
 
 @pytest.fixture
 def torch_solver(monkeypatch):
-    monkeypatch.setattr(serving, "CPU_SOLVER", "torch")
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
 
 
 def _mixed_batch(rng, V=30):
@@ -131,7 +131,7 @@ def test_cpu_tensors_go_to_the_core_and_agree(rng):
     draft, n, q, p, bonus, greedy = _mixed_batch(rng)
     u = rng.random((len(draft), 2))
     kw = dict(divergence="js", budget=0.2, is_greedy=greedy, uniforms=u)
-    assert serving.CPU_SOLVER == "core"
+    assert mentored.backends.CPU_SOLVER == "core"
     got = rejection_sample(torch.tensor(draft), n, torch.tensor(q, dtype=torch.float32), torch.tensor(p, dtype=torch.float32), torch.tensor(bonus), **kw)
     ref = rejection_sample(draft, n, q.astype(np.float32), p.astype(np.float32), bonus, **kw)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.int32

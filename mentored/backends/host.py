@@ -1,0 +1,450 @@
+r"""The host backend: numpy arrays and CPU tensors, computed by the compiled core on zero-copy views.
+
+Every host computation of the package is here: :func:`mentored.solve` (``solve_arrays``), the
+speculative step (``step_arrays``) and the serving layout (``verify_arrays``), each one call of
+``mentored._core`` after the checks of its arguments (docs/serving.md). A CPU tensor is read in place
+(its numpy view) and the answer comes back as a tensor, through the converters the torch backend
+gives this backend (:class:`HostBackend`); nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .. import _core
+from .._program import program
+from .._solve import check_solution, custom_forms, finish
+from .._validate import (
+    _check_step_inputs, _check_zeros, _floats, _row_error, _step_budgets, _step_uniforms, as_pair, check_sums, pair_arrays, per_row,
+    refuse_pair, row_stats, sum_rtol, threads_arg,
+)
+from ..divergences import _NP, Divergence, divergence as _divergence
+
+__all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi"]
+
+
+class HostBackend:
+    """The compiled core on host memory. ``views`` (the torch backend's, for CPU tensors) says how an
+    input is seen as numpy (``to_host``), how an answer goes back to the input's kind (``like``), and
+    how uniforms are drawn (torch's generators); None: numpy in, numpy out."""
+
+    name = "host"
+    xp = np
+
+    def __init__(self, views=None):
+        self.views = views
+
+    def to_host(self, x, name="input"):
+        return x if self.views is None or x is None else self.views.to_host(x, name)
+
+    def like(self, out):
+        return out if self.views is None else self.views.like(out)
+
+    def solve(self, target, draft, *, out=None, **kw):
+        sol = solve_arrays(self.to_host(target, "target"), self.to_host(draft, "draft"), out=self.to_host(out, "out"), **kw)
+        if self.views is None:
+            return sol
+        return dataclasses.replace(sol, pi=out if out is not None else self.like(sol.pi))
+
+    def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seed, uniforms, **kw):
+        if self.views is not None:
+            B, k = tuple(draft_token_ids.shape) if getattr(draft_token_ids, "ndim", 0) == 2 else (None, None)
+            if uniforms is None and B is not None:
+                uniforms = self.views.step_uniforms(seed, B, k, target_with_bonus_probs)
+            elif uniforms is not None:
+                uniforms = self.to_host(uniforms, "uniforms")
+        args = (self.to_host(x, name) for x, name in ((target_with_bonus_probs, "target_with_bonus_probs"), (bonus_token_ids, "bonus_token_ids"),
+                                                     (draft_probs, "draft_probs"), (draft_token_ids, "draft_token_ids")))
+        return self.like(step_arrays(*args, seed=seed, uniforms=uniforms, **kw))
+
+    def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
+               normalize):
+        T = plan.T
+        if uniforms is not None:
+            u = given_uniforms(self.to_host(uniforms, "uniforms"), T)
+        elif plan.greedy_or_none is not None and plan.greedy_or_none[plan.req].all():
+            u = np.zeros((T, 2))  # greedy requests only: their test and token do not read u
+        elif self.views is not None:
+            u = self.views.uniforms(plan, generators)
+        else:
+            u = uniforms_arrays(plan, generators)
+        args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
+                                                     (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
+        return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize))
+
+
+HOST = HostBackend()
+
+
+# ---------------------------------------------------------------- solve
+
+def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
+    """``out=`` of :func:`solve`, checked: π is written there, so nothing may be converted."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array, got {type(out).__name__}")
+    if p.dtype != dtype or q.dtype != dtype or out.dtype != dtype:
+        raise ValueError(f"out needs target, draft and out of one dtype; got {p.dtype}, {q.dtype} and {out.dtype}")
+    if out.shape != p.shape:
+        raise ValueError(f"out must have the target's shape {p.shape}, got {out.shape}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("out must be a writeable C-contiguous array")
+    for name, x in (("target", p), ("draft", q)):
+        if np.shares_memory(out, x):
+            raise ValueError(f"out shares memory with the {name}: π is written while the inputs are read; pass a separate array")
+    return out
+
+
+def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
+    """:func:`mentored.solve` on numpy arrays (its checks, then one batched core call)."""
+    div = _divergence(divergence)
+    if (budget is None) == (acceptance is None):
+        raise ValueError("give exactly one of budget= and acceptance=")
+    nthreads = threads_arg(threads)
+    # Types and shapes here; entries and sums in the core's own first pass over each row, which
+    # refuses a row with a typed status and its sums, mapped to the errors by refuse_pair.
+    p, q = pair_arrays(target, draft)
+    squeeze = p.ndim == 1
+    p2, q2 = np.atleast_2d(p), np.atleast_2d(q)
+    dtype = np.float32 if p2.dtype == q2.dtype == np.float32 else np.float64
+    # A float32 target with a float64 draft: the rows are solved in float64 (the target widened
+    # exactly) and π comes back float32, rounded toward p by the core as float32 rows are.
+    to_float32 = p2.dtype == np.float32 and dtype == np.float64
+    p2 = np.ascontiguousarray(p2, dtype=dtype)
+    q2 = np.ascontiguousarray(q2, dtype=dtype)
+    rows = p2.shape[0]
+    by_budget = budget is not None
+    if by_budget:
+        mode, values = _core.Mode.budget.value, per_row(budget, rows, "budget")
+    else:
+        mode, values = _core.Mode.acceptance.value, per_row(acceptance, rows, "acceptance", upper=1.0)
+    out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
+    rtols = sum_rtol(p.dtype, normalize), sum_rtol(q.dtype, normalize)
+    if div.compiled is not None:
+        core = _core.solve_to_float32 if to_float32 else _core.solve
+        pi, res, status, stats = core(p2, q2, div.compiled, mode, values, nthreads, *rtols, out2)
+    elif (compiled := program(div)) is not None:  # a sympy generator, evaluated by the core
+        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
+        pi, res, status, stats = core(p2, q2, compiled, mode, values, nthreads, *rtols, out2)
+    else:
+        vec, scalar, f_inf = custom_forms(div)
+        core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
+        pi, res, status, stats = core(p2, q2, vec, scalar, f_inf, mode, values, *rtols, out2)
+    # A refused row raises its error here, from the core's numbers; normalised float64 rows whose sum
+    # has no float64 reciprocal (or passes DBL_MAX) are rescaled, and the batch is solved again.
+    if (status.any() or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
+        target, draft = as_pair(target, draft, True)
+        return solve_arrays(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads, normalize=True,
+                            check=check, out=out)
+    bad = np.flatnonzero(status)
+    if bad.size:
+        r = int(bad[0])
+        if status[r] == _core.Status.unreachable.value:  # the one status of a row whose entries and sums pass
+            raise ValueError(
+                f"acceptance {values[r]} is out of reach under {div.name!r} in row {r}: the most "
+                f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
+            )
+        raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
+    if by_budget:
+        binding = res[:, 0] < res[:, 5]
+    else:
+        binding = np.ones(rows, dtype=bool)
+    sol = finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
+    if check:
+        check_solution(sol, p2, q2, div, values if by_budget else res[:, 4], by_budget)
+    return sol
+
+
+# ---------------------------------------------------------------- the speculative step
+
+def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
+                zeros, normalize):
+    """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1)."""
+    _check_zeros(zeros)
+    div = _divergence(divergence)
+    code = core_divergence(div)
+    # Rows are checked by the core as it reads them (one pass across the boundary); those of a
+    # divergence it cannot evaluate here, before their π is solved row by row in Python.
+    p, bonus, q, draft = _check_step_inputs(
+        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=code is None,
+        normalize=normalize,
+    )
+    B, k, V = q.shape
+    budgets = _step_budgets(budget, B, k)
+    u = _step_uniforms(uniforms, seed, B, k)
+    dtypes = p.dtype, q.dtype
+    dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
+    p = np.ascontiguousarray(p, dtype=dtype)
+    q = np.ascontiguousarray(q, dtype=dtype)
+    draft = np.ascontiguousarray(draft, dtype=np.int64)
+    bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
+    pi = None
+    if code is None and k:  # π in Python (its f is a Python callable), then the same decision call
+        pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
+        pi = np.ascontiguousarray(pi, dtype=dtype)
+    elif code is None:
+        pi = np.zeros((0, V), dtype=dtype)
+    # One call: each position's π is solved in the core just before its acceptance test, and every
+    # row is checked (entries, and sums within the tolerance of its dtype) as it is read.
+    out, bad, status, pos, stats = _core.verify(
+        p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
+        u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
+        *(sum_rtol(d, normalize) for d in dtypes),
+    )
+    if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and _row_error("", dtypes[0], stats[:3], "", True) is None \
+            and _row_error("", dtypes[1], stats[3:], "", True) is None:
+        # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
+        # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
+        p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
+        return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
+                           zeros=zeros, normalize=True)
+    if bad >= 0:
+        raise step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes, normalize)
+    return out
+
+
+def core_divergence(div):
+    """What the core evaluates ``div`` with: a built-in's code, a user generator's program, or None
+    (a generator from callables alone, or one whose code has no program: π is solved in Python)."""
+    return int(div.compiled) if div.compiled is not None else div.program
+
+
+_STEP_STATUS = {
+    _core.StepStatus.bad_token: "draft_token_ids: an id outside [0, {V}) at {where}",
+    _core.StepStatus.zero_row: "a row of the target or draft probabilities sums to zero at {where}",
+    _core.StepStatus.bad_value: "the target or draft probabilities hold a NaN, infinite or negative entry at {where}",
+    _core.StepStatus.unreachable: "with zeros='keep', the end of the finite {div} curve is out of reach at {where} (rounding)",
+    _core.StepStatus.bad_bonus: "bonus_token_ids: an id outside [0, {V}) at {where}",
+    _core.StepStatus.off_sum: "a row of the target or draft probabilities does not sum to 1 at {where}",
+}
+# The statuses of a refused row, whose stats give the message of the Python checks.
+_ROW_STATUSES = (_core.StepStatus.zero_row, _core.StepStatus.bad_value, _core.StepStatus.off_sum)
+
+
+def step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtypes=None, normalize=False,
+                names=("target_with_bonus_probs", "draft_probs"), ids=None) -> ValueError:
+    """The error of a failed ``_core.verify``: its typed status, at request ``b``, position ``j``
+    (``where(b, j)`` names the place: "(b, j) = (1, 0)").
+
+    With the failing rows' numbers (``stats``: Σ, min, max of the target row, then of the draft row)
+    and the inputs' dtypes, a refused row gets the message of the Python checks, naming its side
+    (``names``) and whether sums were checked (``normalize``: only that each is positive). ``ids``:
+    the caller's own messages for some statuses (those of ids)."""
+    member = _core.StepStatus(int(status))  # verify returns the int value
+    if stats is not None and member in _ROW_STATUSES:
+        for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
+            err = _row_error(name, dtype, x, f"row {where(b, j)}", normalize)
+            if err is not None:
+                return err
+    msg = (ids or {}).get(member) or _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
+    return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status), b=b))
+
+
+def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:
+    """π for rows (R, V) with per-row budgets; ``zeros="keep"`` adds π_i = 0 where p_i = 0.
+
+    With f∞ = ∞ the optimum never puts mass there. With f∞ < ∞, a row whose optimum went past the
+    end of the finite curve (``t_hi = inf``, s > TV − Q0) is solved again at that end, the least
+    divergence reaching acceptance 1 − Q0: the optimum under the constraint, since D_f is
+    nondecreasing along the curve and the finite part is within budget
+    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0.
+    """
+    kw = dict(divergence=div, threads=threads, normalize=normalize, check=False, out=None)
+    sol = solve_arrays(p2, q2, budget=budgets, acceptance=None, **kw)
+    pi = sol.pi
+    if zeros == "keep" and np.isfinite(div.f_inf):
+        redo = np.flatnonzero(np.isinf(np.atleast_1d(sol.t_hi)))
+        if redo.size:
+            pr, qr = p2[redo], q2[redo]
+            zero = pr == 0
+            q0 = np.where(zero, qr, 0).sum(-1, dtype=np.float64) / qr.sum(-1, dtype=np.float64)
+            again = solve_arrays(pr, qr, budget=None, acceptance=np.clip(1.0 - q0, 0.0, 1.0), **kw).pi
+            again[zero] = 0
+            pi = np.array(pi, copy=True) if not pi.flags.writeable else pi
+            pi[redo] = again
+    return pi
+
+# ---------------------------------------------------------------- the serving layout
+
+_BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80, as the core's
+
+
+def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
+    """π_x of onehot_acceptance for float64 arrays of one length: in the core (speculative.hpp,
+    onehot_pi_x) wherever it can evaluate f̃, by the same bisection in numpy otherwise."""
+    code = core_divergence(div)
+    if code is not None:
+        return _core.onehot(px, eps, code, zeros == "keep")
+    f_inf = div.f_inf - div.tilt
+
+    def term(x, y):  # y·f̃(x/y) of a user generator; its limit y·f̃∞·(x/y) where x/y overflows
+        r = x / y
+        huge = r > 1e100
+        return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
+
+    with np.errstate(all="ignore"):
+        return onehot_bisection(_NP, px, eps, div, zeros, term)
+
+
+def onehot_bisection(ops, px, eps, div: Divergence, zeros: str, term):
+    """The bisection of :func:`onehot_acceptance` on an array namespace (numpy or torch): ``term(x, y)``
+    is y·f̃(x/y) for y > 0 there (the divergence's perspective, finite however small y is)."""
+    f_inf = div.f_inf - div.tilt  # f̃∞
+    zero = px <= 0
+    if div.compiled == _core.Generator.tv:
+        a = ops.clamp(px + eps, hi=1.0)
+    elif div.compiled == _core.Generator.chi2:
+        a = ops.clamp(px + ops.sqrt(eps * px * (1.0 - px)), hi=1.0)
+    else:
+        rest = 1.0 - px
+        some = rest > 0
+        pos, rest1 = ops.where(zero, 1.0, px), ops.where(some, rest, 1.0)
+
+        def D(a):
+            # off the target's support a unit of mass costs f̃∞ (0·∞ = 0 where a = 0)
+            t1 = ops.where(zero, ops.where(a > 0, a * f_inf, 0.0), term(a, pos))
+            return t1 + ops.where(some, term(1.0 - a, rest1), 0.0)
+
+        lo, hi = px + 0.0, ops.ones_like(px)
+        top = D(hi) <= eps
+        for _ in range(_BISECT):
+            mid = 0.5 * (lo + hi)
+            good = D(mid) <= eps
+            lo = ops.where(good, mid, lo)
+            hi = ops.where(good, hi, mid)
+        a = ops.where(top, 1.0, lo)
+    a = ops.where(eps <= 0, px, ops.where(a > px, a, px))
+    if zeros == "keep" or not np.isfinite(f_inf):
+        a = ops.where(zero, 0.0, a)
+    return a
+
+
+
+_RNG = np.random.default_rng()  # unseeded requests on numpy input (CPU tensors: torch's global RNG)
+
+
+def uniforms_arrays(plan, generators):
+    """Uniforms (T, 2) from this module's generator, and from each seeded request's own (numpy or
+    torch) generator for its positions: nothing drawn for a request that needs none."""
+    u = _RNG.random((plan.T, 2))
+    for b, gen in (generators or {}).items():  # checked: serving._check_generators
+        b = int(b)
+        n = int(plan.n[b])
+        if n == 0 or plan.greedy[b]:
+            continue  # no draw for a request that needs none: its stream stays its own
+        s = int(plan.starts[b])
+        if isinstance(gen, np.random.Generator):
+            u[s : s + n] = gen.random((n, 2))
+        else:  # a torch.Generator: the torch backend draws from it
+            from ..torch_backend import generator_uniforms
+
+            u[s : s + n] = generator_uniforms(gen, n).cpu().numpy()
+    return u
+
+
+def given_uniforms(uniforms, T: int) -> np.ndarray:
+    u = np.ascontiguousarray(uniforms, dtype=np.float64)
+    if u.shape != (T, 2):
+        raise ValueError(f"uniforms must have shape (num_tokens, 2) = ({T}, 2), got {u.shape}")
+    if not bool(((u >= 0) & (u < 1)).all()):
+        raise ValueError("uniforms must lie in [0, 1)")
+    return u
+
+
+def _host_ids(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
+    return a
+
+
+def _host_rows(x, name: str, plan) -> np.ndarray:
+    """Rows (T, V) of host memory as the core takes them: CPU tensors as numpy views of their memory."""
+    if type(x) is np.ndarray and x.dtype.char in "fd" and x.dtype.isnative and x.ndim == 2 and x.shape[0] == plan.T:
+        return x  # the usual case, without _floats' checks of names (a dtype's name costs microseconds)
+    a = _floats(x, name)
+    if a.ndim != 2 or a.shape[0] != plan.T:
+        raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
+    return a
+
+
+def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize):
+    """:func:`mentored.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
+    of the compiled core (``_core.verify``), which checks every row it is given as it reads it."""
+    T = plan.T
+    draft = _host_ids(draft_token_ids, "draft_token_ids")
+    bonus = _host_ids(bonus_token_ids, "bonus_token_ids")
+    if tuple(draft.shape) != (T,):
+        raise ValueError(f"draft_token_ids must be flat, shape (num_tokens,) = ({T},), got {tuple(draft.shape)}")
+    p = _host_rows(target_probs, "target_probs", plan)
+    q = None if draft_probs is None else _host_rows(draft_probs, "draft_probs", plan)
+    if q is not None and q.shape != p.shape:
+        raise ValueError(f"draft_probs must have the shape of target_probs {p.shape}, got {q.shape}")
+    dtypes = (p.dtype, p.dtype if q is None else q.dtype)
+    if q is not None and q.dtype != p.dtype:
+        p, q = p.astype(np.float64), q.astype(np.float64)
+    p = np.ascontiguousarray(p)
+    q = None if q is None else np.ascontiguousarray(q)
+    divs = [core_divergence(d) for d in plan.divs]
+    pi = pi_x = None
+    if any(d is None for d in divs):
+        pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
+    out, bad, status, pos, stats = _core.verify(
+        p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize),
+    )
+    if bad >= 0:
+        if normalize and rescalable(status, stats, dtypes):
+            # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or
+            # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
+            p, q = (x if x is None else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
+            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True)
+        raise refusal(status, bad, pos, stats, dtypes, p.shape[1], plan.divs[0 if plan.which is None else int(plan.which[bad])], plan.n,
+                      normalize)
+    return out
+
+
+def rescalable(status, stats, dtypes) -> bool:
+    """Whether a refusal of normalised rows is only that a float64 sum has no reciprocal (below 2⁻¹⁰²⁴
+    or past DBL_MAX): such rows are rescaled, as solve does, and verified again."""
+    return status == _core.StepStatus.bad_value.value and all(_row_error("", d, x, "", True) is None for d, x in zip(dtypes, (stats[:3], stats[3:])))
+
+
+def refusal(status, bad, pos, stats, dtypes, V, div, n, normalize) -> ValueError:
+    """The error of a refused core call, naming the row of the flattened layout, its request and position."""
+    starts = np.concatenate([[0], np.cumsum(np.asarray(n, dtype=np.int64))])
+    return step_error(status, bad, pos, V, div, lambda b, j: f"row {int(starts[b]) + j} (request {b}, position {j})", stats, dtypes,
+                      normalize, names=("target_probs", "draft_probs"), ids=_ID_MESSAGES)
+
+
+# rejection_sample's words for ids the core refused (placeholders are allowed there)
+_ID_MESSAGES = {
+    _core.StepStatus.bad_token: "draft_token_ids: an id outside [0, {V}) that is not the placeholder -1, at {where}",
+    _core.StepStatus.bad_bonus: "bonus_token_ids: an id outside [0, {V}) for request {b}",
+}
+
+
+def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
+    """π (dense drafts) or π_x (token-only) at the random, non-placeholder positions of requests whose
+    divergence the core cannot evaluate, computed here; the core reads only those rows."""
+    T = plan.T
+    which = plan.which[plan.req] if plan.which is not None else np.zeros(T, dtype=np.int32)
+    eps = plan.eps_rows if plan.eps_request is not None else np.full(T, plan.eps_rows[0])
+    pi = np.zeros_like(p) if q is not None else None
+    pi_x = np.zeros(T) if q is None else None
+    for i, d in enumerate(divs):
+        if d is not None:
+            continue
+        idx = np.flatnonzero((which == i) & ~plan.greedy[plan.req] & (draft >= 0))
+        if not idx.size:
+            continue
+        if q is not None:
+            pi[idx] = solve_pi(p[idx], q[idx], plan.divs[i], eps[idx], threads, zeros, normalize)
+        else:
+            rows = p[idx]
+            px = rows[np.arange(idx.size), draft[idx]].astype(np.float64) / row_stats(rows)[0]
+            pi_x[idx] = onehot_arrays(px, eps[idx], plan.divs[i], zeros)
+    return pi, pi_x
+
+
