@@ -49,4 +49,9 @@ PYBIND11_MODULE(_core_testing, m) {
   m.doc() = "Test hooks of mentored's compiled core (not used by the package).";
   m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
+  m.def("generator_names", []() {
+    py::list names;
+    for (const char* name : kGeneratorNames) names.append(name);
+    return names;
+  });
 }
