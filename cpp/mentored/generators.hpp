@@ -73,9 +73,21 @@ inline double log_positive(double x) {
   return e * ln2_hi + ((u - sigma * (u - t)) + e * ln2_lo);
 }
 
+// log(1 + x) for finite x > −1, vectorisable like log_positive: y = 1 + x rounded and c its rounding
+// error, so that log(1 + x) = log(y + c) = log y + c/y up to (c/y)²/2 ≤ 2⁻¹⁰⁷. c = x − (y − 1) is
+// exact below y = 2⁵³ (y − 1 is exact; for |x| ≤ 1 this is Fast2Sum's error term, above 1 a difference
+// within a factor 2, Sterbenz; below x = −½, y is exact and c = 0); past 2⁵³, c/y < 2⁻⁵³ is under an
+// ulp of log y ≥ 36. Within an ulp of std::log1p on the tests' grid; x itself for |x| < 2⁻⁵⁴.
+inline double log1p_positive(double x) {
+  const double y = 1.0 + x;
+  return log_positive(y) + (x - (y - 1.0)) / y;
+}
+
 // Loops over many ratios, compiled twice on x86-64 (AVX2 and baseline, chosen at load time).
-// The AVX2 copy does the same IEEE operations four at a time (no FMA is enabled, so nothing is
-// contracted): results are bitwise the same on every machine.
+// The AVX2 copy does the same IEEE operations four at a time (nothing is contracted into FMA:
+// -ffp-contract=off, CMakeLists.txt): results are bitwise the same on every machine. The loops are
+// branch-free (selects between values computed for every lane) so that GCC vectorises them;
+// -fno-math-errno (CMakeLists.txt) lets it vectorise std::sqrt.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
 #define MENTORED_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -104,8 +116,9 @@ constexpr double kLn2x128 = 128.0 * 0.69314718055994530942;
 //   tilt         c = f'(1) of the untilted generator (tv: the subgradient 0), f = f̃ + c·(t − 1);
 //   huge(y, u)   the perspective y·f̃(t) at t = u·2¹²⁸ > DBL_MAX, y > 0, from x = t·y = u·(y·2¹²⁸)
 //                and log t = log u + 128 ln 2, without forming t: finite whenever the term itself is;
-//   many(t,n,o)  o[i] = f̃(t[i]) for t[i] in [0, ∞] (∞ included): a vectorised loop within a few
-//                ulps of f (kl, reverse_kl), or f at each ratio.
+//   many(t,n,o)  o[i] = f̃(t[i]) for t[i] in [0, ∞] (∞ included), one vectorised loop: f up to a few
+//                ulps of the terms it adds (tests/test_divergences.py; the same bits as f for tv, chi2,
+//                neyman_chi2 and hellinger, whose loops are f's own expression).
 
 struct Tv {
   static constexpr const char* name = "tv";
@@ -117,8 +130,8 @@ struct Tv {
     const double x = u * (y * kHugeUp);
     return 0.5 * (x - y);
   }
-  static void many(const double* t, std::size_t n, double* out) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = t[i] == kInf ? kInf : f(t[i]);
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = 0.5 * std::fabs(t[i] - 1.0);
   }
 };
 
@@ -169,8 +182,8 @@ struct Chi2 {  // f = (t − 1)²
     const double d = x - y, a = d * (d / y);
     return a < kInf ? a : (d * d) / y;
   }
-  static void many(const double* t, std::size_t n, double* out) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = t[i] == kInf ? kInf : f(t[i]);
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = (t[i] - 1.0) * (t[i] - 1.0);
   }
 };
 
@@ -186,8 +199,11 @@ struct NeymanChi2 {  // f = (t − 1)²/t
     const double x = u * (y * kHugeUp);
     return (x - y) * ((x - y) / x);
   }
-  static void many(const double* t, std::size_t n, double* out) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = t[i] == kInf ? kInf : f(t[i]);
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i], v = (x - 1.0) * ((x - 1.0) / x);  // ∞·(∞/∞) is NaN at x = ∞: selected away
+      out[i] = x > 0.0 ? (x < kInf ? v : kInf) : kInf;
+    }
   }
 };
 
@@ -205,8 +221,11 @@ struct Hellinger {  // f = (√t − 1)²
     const double r = std::sqrt(x) - std::sqrt(y);
     return r * r;
   }
-  static void many(const double* t, std::size_t n, double* out) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = t[i] == kInf ? kInf : f(t[i]);
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double r = std::sqrt(t[i]) - 1.0;
+      out[i] = r * r;
+    }
   }
 };
 
@@ -241,8 +260,41 @@ struct Js {  // f = ½[t log(2t/(1+t)) + log(2/(1+t))]
     const double x = u * (y * kHugeUp);
     return 0.5 * (x * (ln2 - std::log1p(y / x)) + y * (ln2 + std::log(y) - std::log(x + y)));
   }
-  static void many(const double* t, std::size_t n, double* out) {
-    for (std::size_t i = 0; i < n; ++i) out[i] = t[i] == kInf ? kInf : f(t[i]);
+  // f at every ratio from both of its branches, selected. Near 1 (|u| < 0.1) the same series, by
+  // Horner's rule with its coefficients 1/(k(2k − 1)) (f divides term by term), and 1/(2(1 − u)) as
+  // (1 + t)/4, so that no lane divides more than it must (5 divisions in all). Elsewhere the
+  // logarithms of log_positive, in three ranges that keep the digits f's two-logarithm form loses
+  // (ln 2 + log t − log1p t: thousands of ulps of f past t = 1e20, and near |u| = 0.1 tens more than
+  // the form below needs):
+  //   t < ⅓:      log(2t/(1+t)) = ln 2 + log t − log1p t,  log(2/(1+t)) = ln 2 − log1p t;
+  //   ⅓ ≤ t ≤ 3: log(1 + v) and log(1 − v) at v = u rounded to a multiple of 2⁻⁵² (1 ± v exact):
+  //               t·log(1 + v) + log(1 − v) is stationary in v at v = u, so v − u costs O((v − u)²);
+  //   t > 3:      log(2t/(1+t)) = ln 2 − log1p(1/t),  log(2/(1+t)) = ln 2 − log t − log1p(1/t).
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    const double ln2 = 0.69314718055994530942;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i];
+      const double u = (x - 1.0) / (x + 1.0);  // NaN at x = ∞: selected away
+      const double u2 = u * u;
+      double h = 1.0 / 153.0;
+      h = h * u2 + 1.0 / 120.0;
+      h = h * u2 + 1.0 / 91.0;
+      h = h * u2 + 1.0 / 66.0;
+      h = h * u2 + 1.0 / 45.0;
+      h = h * u2 + 1.0 / 28.0;
+      h = h * u2 + 1.0 / 15.0;
+      h = h * u2 + 1.0 / 6.0;
+      h = h * u2 + 1.0;
+      const double series = (u2 * h) * (0.25 * (1.0 + x));  // g(u)/(2(1 − u)), 2(1 − u) = 4/(1 + t)
+      const bool lo = x < 1.0 / 3.0, hi = x > 3.0, mid = !lo && !hi;
+      const double v = (u + 1.5) - 1.5;  // exact: 1.5 + u is in [1, 2] on the middle range
+      const double l1 = log_positive(mid ? 1.0 + v : x);                   // log t, or log(1 + v)
+      const double l2 = log1p_positive(mid ? -v : lo ? x : 1.0 / x);       // log1p t, log1p(1/t), or log(1 − v)
+      const double a = lo ? (ln2 + l1) - l2 : hi ? ln2 - l2 : l1;          // log(2t/(1+t))
+      const double b = lo ? ln2 - l2 : hi ? (ln2 - l1) - l2 : l2;          // log(2/(1+t))
+      const double logs = 0.5 * (x * a + b);
+      out[i] = x == 0.0 ? 0.5 * ln2 : std::fabs(u) < 0.1 ? series : x == kInf ? kInf : logs;  // NaN: NaN, as f
+    }
   }
 };
 
