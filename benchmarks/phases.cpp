@@ -1,6 +1,6 @@
 // Where the one-shot solve spends its time, phase by phase, on one core.
 //
-//   g++ -O3 -std=gnu++17 -fno-trapping-math -fopenmp -Icpp benchmarks/phases.cpp -o /tmp/phases && /tmp/phases
+//   g++ -O3 -std=gnu++17 -fno-trapping-math -fno-math-errno -ffp-contract=off -fopenmp -Icpp benchmarks/phases.cpp -o /tmp/phases && /tmp/phases
 //
 // Rows as in benchmarks/speed.py (softmax of N(0, 3²) logits, the drafter's a copy plus N(0, 1)
 // noise), float32, 64 × 131072, kl, budget 0.1. Prints the best over five sweeps of the mean per

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "mentored/kernels.hpp"
 #include "mentored/oneshot.hpp"
@@ -43,10 +44,42 @@ py::array_t<std::uint16_t> bucket_keys(carray<T> p, carray<T> q, bool exact) {
   return out;
 }
 
+Generator generator_of(int code) {
+  if (code < 0 || code >= kGeneratorCount) throw std::invalid_argument("unknown divergence code " + std::to_string(code));
+  return static_cast<Generator>(code);
+}
+
+// f̃ at every ratio of t, one scalar generator_f call each: the reference of the vectorised loops
+// (BuiltinF::many, which mentored._core.generator_f_array runs).
+carray<double> generator_f_loop(int code, carray<double> t) {
+  const Generator g = generator_of(code);
+  carray<double> out(t.request().shape);
+  const double* x = t.data();
+  double* o = out.mutable_data();
+  for (py::ssize_t i = 0; i < t.size(); ++i) o[i] = generator_f(g, x[i]);
+  return out;
+}
+
+// fn at every element of x (the vectorisable logarithms of generators.hpp, against numpy's).
+template <double (*fn)(double)>
+carray<double> map(carray<double> x) {
+  carray<double> out(x.request().shape);
+  for (py::ssize_t i = 0; i < x.size(); ++i) out.mutable_data()[i] = fn(x.data()[i]);
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core_testing, m) {
   m.doc() = "Test hooks of mentored's compiled core (not used by the package).";
   m.def("bucket_keys", &bucket_keys<double>, py::arg("target"), py::arg("draft"), py::arg("exact"));
   m.def("bucket_keys", &bucket_keys<float>, py::arg("target"), py::arg("draft"), py::arg("exact"));
+  m.def("generator_names", []() {
+    py::list names;
+    for (const char* name : kGeneratorNames) names.append(name);
+    return names;
+  });
+  m.def("generator_f_loop", &generator_f_loop, py::arg("code"), py::arg("t"));
+  m.def("log_positive", &map<log_positive>, py::arg("x"));
+  m.def("log1p_positive", &map<log1p_positive>, py::arg("x"));
 }

@@ -11,8 +11,10 @@ with :math:`f(0) = \lim_{t \to 0^+} f(t)` and :math:`f_\infty = \lim_{t\to\infty
 Where a built-in is defined
 ---------------------------
 Each built-in is one :class:`_Builtin` entry of ``_REGISTRY`` below, plus its C++ generator in
-``cpp/mentored/generators.hpp`` (the core's f̃, f̃′, tilt, f(0) and f∞, exported by the bindings as
-``_core.Generator``). Everything else derives from these two:
+``cpp/mentored/generators.hpp``: one type (the core's f̃, f̃′, tilt and f∞, the perspective past
+DBL_MAX and a vectorised f̃) and one entry of the list ``MENTORED_GENERATORS`` there, which generates
+the enum the bindings export as ``_core.Generator`` (whose member the stub ``_core.pyi`` lists).
+Everything else derives from these two:
 
 - the sympy generator ``source`` gives the symbolic analysis (f′, f″, f(1) = 0, convexity, the
   conjugate; :mod:`mentored.symbolic`), the exact-arithmetic forms of the certificate, and the

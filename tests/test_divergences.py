@@ -94,6 +94,100 @@ def test_generator_and_derivative_to_rounding(name):
             assert abs(mpmath.mpf(float(g)) - w) <= 1e-14 * max(abs(w), abs(c), 1e-300), f"f' at {x!r}: {g!r}"
 
 
+# The core's f̃ at many ratios (BuiltinF::many, one vectorised loop per generator, which
+# _core.generator_f_array runs) against its scalar generator_f, one call per ratio
+# (_core_testing.generator_f_loop). They may differ by rounding only: by at most _MANY_ULPS ulps of
+# S(t) = max(|f̃(t)|, |t − 1|, t|log t|), the size of the terms every built-in's formula adds, which is
+# a few ulps of f̃ itself wherever f̃ is not small against them. Measured on this grid: 0 (the same
+# bits) for tv, chi2, neyman_chi2 and hellinger, 2 for kl and reverse_kl, 6 for js (whose scalar form
+# loses up to 2000 ulps of f̃ for a large t, where the loop keeps them; its series near 1 is kept).
+_MANY_ULPS = 8
+_D = np.finfo(np.float64)
+
+
+def _dense_ratios() -> np.ndarray:
+    rng = np.random.default_rng(20)
+    edges = [
+        0.0, 5e-324, 1e-320, _D.tiny, np.nextafter(_D.tiny, 0), 1e-300, 1e-20, 0.5, 1.0, 2.0, 1e10, 2.0**53,
+        1e100, 1.3e154, 1e200, 1e300, 2.5e305, np.nextafter(_D.max, 0), _D.max, np.inf,
+    ]
+    return np.concatenate([
+        edges,
+        1.0 + np.arange(-300, 301) * _D.eps,  # 1 ± tiny
+        1.0 + np.logspace(-16, -0.3, 4000), 1.0 - np.logspace(-16, -0.3, 4000),
+        *(c * (1.0 + np.linspace(-1e-3, 1e-3, 2001)) for c in (9 / 11, 11 / 9, 1 / 3, 3.0)),  # branch edges
+        np.logspace(-323.3, 308.25, 200_001),  # denormals to DBL_MAX
+        np.exp(rng.uniform(-745.0, 709.78, 200_000)),
+        rng.uniform(0.0, 4.0, 200_000),
+    ])
+
+
+@pytest.mark.parametrize("name", list(_core.Generator.__members__))
+def test_vectorised_f_agrees_with_the_scalar_f(name):
+    from mentored import _core_testing
+
+    code = int(_core.Generator.__members__[name])
+    t = _dense_ratios()
+    scalar, many = _core_testing.generator_f_loop(code, t), _core.generator_f_array(code, t)
+    few = t[:: len(t) // 997]
+    assert np.array_equal(scalar[:: len(t) // 997], [_core.generator_f(code, float(x)) for x in few])  # the loop is generator_f
+    assert not np.isnan(scalar).any(), f"{name}: scalar NaN at {t[np.isnan(scalar)][:5]}"
+    assert not np.isnan(many).any(), f"{name}: vectorised NaN at {t[np.isnan(many)][:5]}"
+    assert np.array_equal(np.isinf(many), np.isinf(scalar)), f"{name}: ∞ at {t[np.isinf(many) != np.isinf(scalar)][:5]}"
+    assert np.array_equal(many[np.isinf(many)], scalar[np.isinf(scalar)])
+    nan = np.array([np.nan])
+    assert np.array_equal(_core.generator_f_array(code, nan), _core_testing.generator_f_loop(code, nan), equal_nan=True)
+    finite = np.isfinite(scalar)
+    t, scalar, many = t[finite], scalar[finite], many[finite]
+    # ulps of S as exponents, since S itself passes DBL_MAX near it (t log t)
+    positive = t > 0
+    with np.errstate(divide="ignore"):
+        log_t = np.abs(np.log(np.where(positive, t, 1.0)))
+        exponents = np.maximum.reduce([
+            np.log2(np.abs(scalar)), np.log2(np.abs(t - 1.0)),
+            np.where(positive & (log_t > 0), np.log2(np.where(positive, t, 1.0)) + np.log2(np.where(log_t > 0, log_t, 1.0)), -np.inf),
+        ])
+    ulp_exponent = np.maximum(np.floor(exponents), -1022.0).astype(np.int64) - 52  # ulp(S) = 2^ulp_exponent
+    ulps = np.ldexp(np.abs(many - scalar), -ulp_exponent)
+    worst = int(np.argmax(ulps))
+    assert ulps[worst] <= _MANY_ULPS, f"{name} at t = {t[worst]!r}: many {many[worst]!r}, scalar {scalar[worst]!r} ({ulps[worst]:.1f} ulps)"
+
+
+def test_js_vectorised_keeps_its_relative_accuracy_near_1():
+    # f̃ is second order at t = 1; the series both forms take there (|u| < 0.1, u = (t − 1)/(t + 1))
+    # keeps it to rounding relative to itself, and the loop agrees with it to a few ulps of f̃.
+    from mentored import _core_testing
+
+    code = int(_core.Generator.js)
+    t = np.concatenate([1 + np.logspace(-15.6, np.log10(0.2), 600), 1 - np.logspace(-15.6, np.log10(0.18), 600), 1 + np.arange(-64, 65) * 2.0**-52])
+    t = t[np.abs((t - 1) / (t + 1)) < 0.1]
+    many, scalar = _core.generator_f_array(code, t), _core_testing.generator_f_loop(code, t)
+    nonzero = scalar != 0
+    assert np.array_equal(many == 0, ~nonzero)  # at t = 1 only
+    assert np.max(np.abs(many - scalar)[nonzero] / np.spacing(scalar[nonzero])) <= 4
+    with mpmath.workdps(100):  # f̃ ≈ (t − 1)²/8 out of terms of size t − 1: 40 digits are too few
+        for x, g in zip(t[nonzero][::7], many[nonzero][::7]):
+            m = mpmath.mpf(float(x))
+            want = (m * mpmath.log(2 * m / (1 + m)) + mpmath.log(2 / (1 + m))) / 2
+            assert abs(mpmath.mpf(float(g)) - want) <= 4 * mpmath.mpf(float(np.spacing(float(want)))), (x, g)
+
+
+def test_vectorisable_logs_against_numpy():
+    # log_positive and log1p_positive (generators.hpp), which the vectorised loops are built from
+    from mentored import _core_testing
+
+    rng = np.random.default_rng(21)
+    x = np.concatenate([
+        [5e-324, _D.tiny, 0.5, 1.0, 2.0, _D.max], np.exp(rng.uniform(-745.0, 709.78, 100_000)), rng.uniform(0.0, 4.0, 100_000),
+        1 + np.logspace(-16, -0.3, 2000), 1 - np.logspace(-16, -0.3, 2000),
+    ])
+    for fn, ref, arg in ((_core_testing.log_positive, np.log, x), (_core_testing.log1p_positive, np.log1p, np.concatenate([x, -rng.uniform(0, 1, 100_000), -np.logspace(-320, -1e-4, 2000)]))):
+        got, want = fn(arg), ref(arg)
+        assert np.array_equal(got == 0, want == 0)
+        nz = want != 0
+        assert np.max(np.abs(got[nz] - want[nz]) / np.spacing(np.abs(want[nz]))) <= 1.0, fn.__name__
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_perspective_without_overflow(name):
     # y·f̃(x/y) for y down to denormals, where x/y overflows, and next to x = y: the terms the solvers sum.

@@ -232,14 +232,44 @@ _CPP = PACKAGE.parent / "cpp" / "mentored"
 _EXPORTED_ENUMS = ("Generator", "Status", "StepStatus", "Mode", "Op")
 
 
+def _x_lists(text: str) -> dict[str, list[tuple[str, ...]]]:
+    """The X-macro lists of a header, ``#define L(X) X(a, A) X(b, B) ...``: {"L": [("a", "A"), ("b", "B")]}."""
+    import re
+
+    lists = {}
+    for name, body in re.findall(r"#define (\w+)\(X\)((?:[^\n]*\\\n)*[^\n]*)", text):
+        lists[name] = [tuple(a.strip() for a in args.split(",")) for args in re.findall(r"\bX\(([^()]*)\)", body)]
+    return lists
+
+
+def _expand_enum_body(body: str, lists: dict[str, list[tuple[str, ...]]]) -> str:
+    """An enum body with its X-macro lines expanded: ``#define E(id, Type) id,`` then ``L(E)`` names
+    the first field of each entry of the list L (generators.hpp generates Generator so)."""
+    import re
+
+    expanders = {}
+    for name, params, value in re.findall(r"#define (\w+)\(([^)]*)\)\s*([^\n]*)", body):
+        first = params.split(",")[0].strip()
+        assert value.strip() == f"{first},", f"enum expander {name} writes {value!r}, not its first argument"
+        expanders[name] = True
+    lines = [line for line in body.splitlines() if not line.strip().startswith("#")]
+    out = "\n".join(lines)
+    for name, expander in re.findall(r"\b(\w+)\((\w+)\)", out):
+        if name in lists and expander in expanders:
+            out = out.replace(f"{name}({expander})", "".join(f"{entry[0]}," for entry in lists[name]))
+    return out
+
+
 def _header_enums() -> dict[str, dict[str, int]]:
-    """``enum class E : int { name = value, ... }`` of the headers, comments left out."""
+    """``enum class E : int { name = value, ... }`` of the headers, comments left out, X-macro lists expanded."""
     import re
 
     enums = {}
     for header in sorted(_CPP.glob("*.hpp")):
         text = re.sub(r"//[^\n]*", "", header.read_text(encoding="utf-8"))
+        lists = _x_lists(text)
         for name, body in re.findall(r"enum class (\w+) : int \{(.*?)\};", text, re.S):
+            body = _expand_enum_body(body, lists)
             members, value = {}, 0  # C++'s rule: an enumerator without "= n" is the one before it plus 1
             for item in filter(None, (x.strip() for x in body.split(","))):
                 key, _, given = (part.strip() for part in item.partition("="))
@@ -271,6 +301,60 @@ def test_the_core_exports_the_enums_of_its_headers():
         module = {k: int(v) for k, v in getattr(_core, name).__members__.items()}
         assert module == header[name], f"_core.{name} {module} differs from the header's {header[name]}"
         assert stub[name] == header[name], f"mentored/_core.pyi's {name} {stub[name]} differs from the header's {header[name]}"
+
+
+# The built-in generators: one type each in generators.hpp, named once in its list MENTORED_GENERATORS,
+# which generates the enum, the count, the names and every dispatch; one registry entry each in
+# mentored/divergences.py.
+_GENERATORS_HPP = _CPP / "generators.hpp"
+
+
+def _generators_header() -> tuple[str, list[tuple[str, str]], dict[str, str]]:
+    """generators.hpp without comments, its list [(enumerator, type)], and {type: its name literal}."""
+    import re
+
+    text = re.sub(r"//[^\n]*", "", _GENERATORS_HPP.read_text(encoding="utf-8"))
+    entries = _x_lists(text)["MENTORED_GENERATORS"]
+    names = {}
+    for _, kind in entries:
+        bodies = re.findall(rf"\bstruct {kind}\s*\{{(.*?)\n\}};", text, re.S)
+        assert len(bodies) == 1, f"generators.hpp: struct {kind} defined {len(bodies)} times"
+        found = re.findall(r'static constexpr const char\* name = "(\w+)";', bodies[0])
+        assert len(found) == 1, f"generators.hpp: struct {kind} has {len(found)} names"
+        names[kind] = found[0]
+    return text, entries, names
+
+
+def test_the_generators_are_named_in_one_list():
+    import re
+
+    text, entries, names = _generators_header()
+    assert entries and all(len(e) == 2 for e in entries), entries
+    enumerators = [e for e, _ in entries]
+    assert len(set(enumerators)) == len(enumerators) and len({k for _, k in entries}) == len(entries)
+    for enumerator, kind in entries:
+        assert names[kind] == enumerator, f"struct {kind} is named {names[kind]!r}, its list entry {enumerator!r}"
+        # the name's one literal is its type's: no table of names, no second list
+        assert text.count(f'"{enumerator}"') == 1, f'generators.hpp writes "{enumerator}" {text.count(chr(34) + enumerator + chr(34))} times'
+    # no dispatch written by hand: a member is only ever reached through the list's expansion
+    by_hand = sorted(set(re.findall(r"Generator::(\w+)", text)) & set(enumerators))
+    assert not by_hand, f"generators.hpp names Generator::{by_hand} outside its list"
+
+
+def test_the_generator_list_the_core_and_the_registry_agree():
+    import mentored
+    from mentored import _core, _core_testing
+    from mentored.divergences import _REGISTRY
+
+    _, entries, _ = _generators_header()
+    listed = [e for e, _ in entries]
+    members = _core.Generator.__members__
+    assert [int(members[n]) for n in listed] == list(range(len(listed))), "codes are the list positions"
+    assert sorted(members, key=lambda n: int(members[n])) == listed
+    assert _core_testing.generator_names() == listed  # kGeneratorNames, in code order
+    registry = [spec.name for spec in _REGISTRY]
+    assert sorted(registry) == sorted(listed), f"registry {registry} against the list {listed}: one entry per name"
+    assert mentored.BUILTIN_NAMES == tuple(listed)
 
 
 def _mirrored_enums(source: str) -> list[str]:

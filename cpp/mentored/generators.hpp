@@ -5,7 +5,13 @@
 // uses c = −f'(1), so that every term p_i f(π_i/p_i) is ≥ 0 and the sums that make D_f(π(s)‖p)
 // carry no cancellation: D is then accurate to rounding relative to itself, even at s ≈ 0 where it
 // is second order (kl: t log t − t + 1; reverse_kl: t − 1 − log t; the others have f'(1) = 0).
-// The integer codes are exported by the bindings (mentored._core.Generator), which is where the
+//
+// Each generator is one type below (its name, f̃, f̃', f̃∞, tilt, the perspective past DBL_MAX and a
+// vectorised f̃ at many ratios), named once in the list MENTORED_GENERATORS, from which the enum
+// Generator, kGeneratorCount, kGeneratorNames and every dispatch on a Generator are generated. A new
+// generator is one type and one entry at the end of the list here, and one registry entry in
+// mentored/divergences.py (plus its member in the stub mentored/_core.pyi). The integer codes are
+// the list positions, exported by the bindings (mentored._core.Generator), which is where the
 // Python side reads them.
 #pragma once
 
@@ -19,22 +25,6 @@ namespace mentored {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-enum class Generator : int {
-  tv = 0,
-  kl = 1,
-  reverse_kl = 2,
-  chi2 = 3,
-  neyman_chi2 = 4,
-  hellinger = 5,
-  js = 6,
-};
-
-constexpr int kGeneratorCount = 7;
-
-// The names Python knows them by (the bindings export the enum from this table, and the registry of
-// mentored/divergences.py must hold one entry per name: a new generator is added here and there).
-constexpr const char* kGeneratorNames[kGeneratorCount] = {"tv", "kl", "reverse_kl", "chi2", "neyman_chi2", "hellinger", "js"};
 
 // log t, through log1p near 1 where t − 1 is exact and log t is small.
 inline double log_near_1(double t) { return std::fabs(t - 1.0) < 0.5 ? std::log1p(t - 1.0) : std::log(t); }
@@ -83,64 +73,329 @@ inline double log_positive(double x) {
   return e * ln2_hi + ((u - sigma * (u - t)) + e * ln2_lo);
 }
 
-// f(t) for t in [0, ∞]; f(0) and f(∞) are the limits.
-inline double generator_f(Generator g, double t) {
-  const double ln2 = 0.69314718055994530942;
-  if (t == kInf) return kInf;  // every built-in grows without bound
-  switch (g) {
-    case Generator::tv:
-      return 0.5 * std::fabs(t - 1.0);
-    case Generator::kl:
-      return t > 0.0 ? t * log_near_1(t) - (t - 1.0) : 1.0;
-    case Generator::reverse_kl:
-      return t > 0.0 ? (t - 1.0) - log_near_1(t) : kInf;
-    case Generator::chi2:
-      return (t - 1.0) * (t - 1.0);
-    case Generator::neyman_chi2:
-      return t > 0.0 ? (t - 1.0) * ((t - 1.0) / t) : kInf;  // no overflow of (t − 1)² near DBL_MAX
-    case Generator::hellinger: {
-      const double r = std::sqrt(t) - 1.0;
-      return r * r;
-    }
-    case Generator::js: {
-      // ½[t log(2t/(1+t)) + log(2/(1+t))]. With u = (t−1)/(t+1) this is g(u)/(2(1−u)) where
-      // g(u) = (1+u)log(1+u) + (1−u)log(1−u) = Σ_k u^{2k}/(k(2k−1)); the series avoids the
-      // cancellation of the two logarithms near t = 1, where f is second order.
-      if (t == 0.0) return 0.5 * ln2;
-      const double u = (t - 1.0) / (t + 1.0);
-      if (std::fabs(u) < 0.1) {
-        const double u2 = u * u;
-        double g = 0.0, power = u2;
-        for (int k = 1; k <= 9; ++k, power *= u2) g += power / (k * (2.0 * k - 1.0));
-        return g / (2.0 * (1.0 - u));
-      }
-      return 0.5 * (t * (ln2 + std::log(t) - std::log1p(t)) + ln2 - std::log1p(t));
+// log(1 + x) for finite x > −1, vectorisable like log_positive: y = 1 + x rounded and c its rounding
+// error, so that log(1 + x) = log(y + c) = log y + c/y up to (c/y)²/2 ≤ 2⁻¹⁰⁷. c = x − (y − 1) is
+// exact below y = 2⁵³ (y − 1 is exact; for |x| ≤ 1 this is Fast2Sum's error term, above 1 a difference
+// within a factor 2, Sterbenz; below x = −½, y is exact and c = 0); past 2⁵³, c/y < 2⁻⁵³ is under an
+// ulp of log y ≥ 36. Within an ulp of std::log1p on the tests' grid; x itself for |x| < 2⁻⁵⁴.
+inline double log1p_positive(double x) {
+  const double y = 1.0 + x;
+  return log_positive(y) + (x - (y - 1.0)) / y;
+}
+
+// Loops over many ratios, compiled twice on x86-64 (AVX2 and baseline, chosen at load time).
+// The AVX2 copy does the same IEEE operations four at a time (nothing is contracted into FMA:
+// -ffp-contract=off, CMakeLists.txt): results are bitwise the same on every machine. The loops are
+// branch-free (selects between values computed for every lane) so that GCC vectorises them;
+// -fno-math-errno (CMakeLists.txt) lets it vectorise std::sqrt.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
+#define MENTORED_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MENTORED_CLONES
+#endif
+
+// Ratios past DBL_MAX. A target token with a tiny p_i > 0 (a denormal p̂_i) can have q_i/p_i beyond
+// DBL_MAX; it is a target token all the same, with its own ratio and its own finite cost
+// p_i f(π_i/p_i). Such ratios, and the thresholds that reach them, are carried scaled: u = t·2⁻¹²⁸
+// (every ratio of a token is below 2¹⁰⁷⁵, so u stays below 2⁹⁴⁷; the scaling by a power of two is
+// exact wherever t itself is a double).
+constexpr double kHugeDown = 0x1p-128;  // t → u
+constexpr double kHugeUp = 0x1p128;     // u → t
+constexpr double kLn2x128 = 128.0 * 0.69314718055994530942;
+
+// ---------------------------------------------------------------- the generators, one type each
+//
+// Each type has
+//   name         the name Python knows it by (exactly once in this file: tests/test_structure.py);
+//   f(t)         f̃(t) for t in [0, ∞), f(0) the limit (generator_f adds t = ∞);
+//   df(t, side)  f̃'(t) for t in [0, ∞), f̃'(0) = f̃'(0+), one-sided at a kink: from the right for
+//                side > 0, from the left otherwise (generator_df adds t = ∞). Written without
+//                cancellation near t = 1, where f̃' is small: λ = 1/(f'(t_hi) − f'(t_lo)) at a small
+//                budget is the reciprocal of a difference of two such values;
+//   f_inf        f̃∞ = lim f̃(t)/t;
+//   tilt         c = f'(1) of the untilted generator (tv: the subgradient 0), f = f̃ + c·(t − 1);
+//   huge(y, u)   the perspective y·f̃(t) at t = u·2¹²⁸ > DBL_MAX, y > 0, from x = t·y = u·(y·2¹²⁸)
+//                and log t = log u + 128 ln 2, without forming t: finite whenever the term itself is;
+//   many(t,n,o)  o[i] = f̃(t[i]) for t[i] in [0, ∞] (∞ included), one vectorised loop: f up to a few
+//                ulps of the terms it adds (tests/test_divergences.py; the same bits as f for tv, chi2,
+//                neyman_chi2 and hellinger, whose loops are f's own expression).
+
+struct Tv {
+  static constexpr const char* name = "tv";
+  static constexpr double f_inf = 0.5;
+  static constexpr double tilt = 0.0;
+  static double f(double t) { return 0.5 * std::fabs(t - 1.0); }
+  static double df(double t, int side) { return t > 1.0 ? 0.5 : t < 1.0 ? -0.5 : (side > 0 ? 0.5 : -0.5); }
+  static double huge(double y, double u) {
+    const double x = u * (y * kHugeUp);
+    return 0.5 * (x - y);
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = 0.5 * std::fabs(t[i] - 1.0);
+  }
+};
+
+struct Kl {  // f = t log t
+  static constexpr const char* name = "kl";
+  static constexpr double f_inf = kInf;
+  static constexpr double tilt = 1.0;
+  static double f(double t) { return t > 0.0 ? t * log_near_1(t) - (t - 1.0) : 1.0; }
+  static double df(double t, int) { return t > 0.0 ? log_near_1(t) : -kInf; }  // log t
+  static double huge(double y, double u) {  // y(t log t − t + 1)
+    const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
+    return x * (log_t - 1.0) + y;
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i], v = x * log_positive(x) - (x - 1.0);
+      out[i] = x > 0.0 ? (x < kInf ? v : kInf) : 1.0;
     }
   }
-  return std::numeric_limits<double>::quiet_NaN();
+};
+
+struct ReverseKl {  // f = −log t
+  static constexpr const char* name = "reverse_kl";
+  static constexpr double f_inf = 1.0;  // 0 + 1
+  static constexpr double tilt = -1.0;
+  static double f(double t) { return t > 0.0 ? (t - 1.0) - log_near_1(t) : kInf; }
+  static double df(double t, int) { return t > 0.0 ? (t - 1.0) / t : -kInf; }  // 1 − 1/t
+  static double huge(double y, double u) {  // y(t − 1 − log t)
+    const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
+    return (x - y) - y * log_t;
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i], v = (x - 1.0) - log_positive(x);
+      out[i] = x > 0.0 ? v : kInf;
+    }
+  }
+};
+
+struct Chi2 {  // f = (t − 1)²
+  static constexpr const char* name = "chi2";
+  static constexpr double f_inf = kInf;
+  static constexpr double tilt = 0.0;
+  static double f(double t) { return (t - 1.0) * (t - 1.0); }
+  static double df(double t, int) { return 2.0 * (t - 1.0); }  // 2(t − 1)
+  static double huge(double y, double u) {  // y(t − 1)² = (x − y)²/y: the quotient alone overflows where x − y < 1
+    const double x = u * (y * kHugeUp);
+    const double d = x - y, a = d * (d / y);
+    return a < kInf ? a : (d * d) / y;
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = (t[i] - 1.0) * (t[i] - 1.0);
+  }
+};
+
+struct NeymanChi2 {  // f = (t − 1)²/t
+  static constexpr const char* name = "neyman_chi2";
+  static constexpr double f_inf = 1.0;
+  static constexpr double tilt = 0.0;
+  static double f(double t) { return t > 0.0 ? (t - 1.0) * ((t - 1.0) / t) : kInf; }  // no overflow of (t − 1)² near DBL_MAX
+  static double df(double t, int) {  // 1 − 1/t², without t² (which overflows past 1.3e154)
+    return t > 0.0 ? ((t - 1.0) / t) * ((t + 1.0) / t) : -kInf;
+  }
+  static double huge(double y, double u) {  // y(t − 1)²/t
+    const double x = u * (y * kHugeUp);
+    return (x - y) * ((x - y) / x);
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i], v = (x - 1.0) * ((x - 1.0) / x);  // ∞·(∞/∞) is NaN at x = ∞: selected away
+      out[i] = x > 0.0 ? (x < kInf ? v : kInf) : kInf;
+    }
+  }
+};
+
+struct Hellinger {  // f = (√t − 1)²
+  static constexpr const char* name = "hellinger";
+  static constexpr double f_inf = 1.0;
+  static constexpr double tilt = 0.0;
+  static double f(double t) {
+    const double r = std::sqrt(t) - 1.0;
+    return r * r;
+  }
+  static double df(double t, int) { return t > 0.0 ? (t - 1.0) / (t + std::sqrt(t)) : -kInf; }  // 1 − 1/√t = (t − 1)/(t + √t)
+  static double huge(double y, double u) {  // y(√t − 1)²
+    const double x = u * (y * kHugeUp);
+    const double r = std::sqrt(x) - std::sqrt(y);
+    return r * r;
+  }
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double r = std::sqrt(t[i]) - 1.0;
+      out[i] = r * r;
+    }
+  }
+};
+
+struct Js {  // f = ½[t log(2t/(1+t)) + log(2/(1+t))]
+  static constexpr const char* name = "js";
+  static constexpr double f_inf = 0.5 * 0.69314718055994530942;
+  static constexpr double tilt = 0.0;
+  static double f(double t) {
+    const double ln2 = 0.69314718055994530942;
+    // ½[t log(2t/(1+t)) + log(2/(1+t))]. With u = (t−1)/(t+1) this is g(u)/(2(1−u)) where
+    // g(u) = (1+u)log(1+u) + (1−u)log(1−u) = Σ_k u^{2k}/(k(2k−1)); the series avoids the
+    // cancellation of the two logarithms near t = 1, where f is second order.
+    if (t == 0.0) return 0.5 * ln2;
+    const double u = (t - 1.0) / (t + 1.0);
+    if (std::fabs(u) < 0.1) {
+      const double u2 = u * u;
+      double g = 0.0, power = u2;
+      for (int k = 1; k <= 9; ++k, power *= u2) g += power / (k * (2.0 * k - 1.0));
+      return g / (2.0 * (1.0 - u));
+    }
+    return 0.5 * (t * (ln2 + std::log(t) - std::log1p(t)) + ln2 - std::log1p(t));
+  }
+  static double df(double t, int) {  // ½ log(2t/(1 + t))
+    const double ln2 = 0.69314718055994530942;
+    if (t == 0.0) return -kInf;
+    if (t > 3.0) return 0.5 * (ln2 - std::log1p(1.0 / t));
+    if (t < 1.0 / 3.0) return 0.5 * std::log(2.0 * t / (1.0 + t));
+    return 0.5 * std::log1p((t - 1.0) / (t + 1.0));
+  }
+  static double huge(double y, double u) {  // ½[x log(2x/(x+y)) + y log(2y/(x+y))]
+    const double ln2 = 0.69314718055994530942;
+    const double x = u * (y * kHugeUp);
+    return 0.5 * (x * (ln2 - std::log1p(y / x)) + y * (ln2 + std::log(y) - std::log(x + y)));
+  }
+  // f at every ratio from both of its branches, selected. Near 1 (|u| < 0.1) the same series, by
+  // Horner's rule with its coefficients 1/(k(2k − 1)) (f divides term by term), and 1/(2(1 − u)) as
+  // (1 + t)/4, so that no lane divides more than it must (5 divisions in all). Elsewhere the
+  // logarithms of log_positive, in three ranges that keep the digits f's two-logarithm form loses
+  // (ln 2 + log t − log1p t: thousands of ulps of f past t = 1e20, and near |u| = 0.1 tens more than
+  // the form below needs):
+  //   t < ⅓:      log(2t/(1+t)) = ln 2 + log t − log1p t,  log(2/(1+t)) = ln 2 − log1p t;
+  //   ⅓ ≤ t ≤ 3: log(1 + v) and log(1 − v) at v = u rounded to a multiple of 2⁻⁵² (1 ± v exact):
+  //               t·log(1 + v) + log(1 − v) is stationary in v at v = u, so v − u costs O((v − u)²);
+  //   t > 3:      log(2t/(1+t)) = ln 2 − log1p(1/t),  log(2/(1+t)) = ln 2 − log t − log1p(1/t).
+  MENTORED_CLONES static void many(const double* t, std::size_t n, double* out) {
+    const double ln2 = 0.69314718055994530942;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = t[i];
+      const double u = (x - 1.0) / (x + 1.0);  // NaN at x = ∞: selected away
+      const double u2 = u * u;
+      double h = 1.0 / 153.0;
+      h = h * u2 + 1.0 / 120.0;
+      h = h * u2 + 1.0 / 91.0;
+      h = h * u2 + 1.0 / 66.0;
+      h = h * u2 + 1.0 / 45.0;
+      h = h * u2 + 1.0 / 28.0;
+      h = h * u2 + 1.0 / 15.0;
+      h = h * u2 + 1.0 / 6.0;
+      h = h * u2 + 1.0;
+      const double series = (u2 * h) * (0.25 * (1.0 + x));  // g(u)/(2(1 − u)), 2(1 − u) = 4/(1 + t)
+      const bool lo = x < 1.0 / 3.0, hi = x > 3.0, mid = !lo && !hi;
+      const double v = (u + 1.5) - 1.5;  // exact: 1.5 + u is in [1, 2] on the middle range
+      const double l1 = log_positive(mid ? 1.0 + v : x);                   // log t, or log(1 + v)
+      const double l2 = log1p_positive(mid ? -v : lo ? x : 1.0 / x);       // log1p t, log1p(1/t), or log(1 − v)
+      const double a = lo ? (ln2 + l1) - l2 : hi ? ln2 - l2 : l1;          // log(2t/(1+t))
+      const double b = lo ? ln2 - l2 : hi ? (ln2 - l1) - l2 : l2;          // log(2/(1+t))
+      const double logs = 0.5 * (x * a + b);
+      out[i] = x == 0.0 ? 0.5 * ln2 : std::fabs(u) < 0.1 ? series : x == kInf ? kInf : logs;  // NaN: NaN, as f
+    }
+  }
+};
+
+// ---------------------------------------------------------------- the list, and what it generates
+
+// Every built-in, once: X(enumerator, type). The code of a generator is its position; a new one
+// goes at the end, so that the codes of the others stay.
+#define MENTORED_GENERATORS(X) \
+  X(tv, Tv)                    \
+  X(kl, Kl)                    \
+  X(reverse_kl, ReverseKl)     \
+  X(chi2, Chi2)                \
+  X(neyman_chi2, NeymanChi2)   \
+  X(hellinger, Hellinger)      \
+  X(js, Js)
+
+enum class Generator : int {
+#define MENTORED_ENUMERATOR(id, Type) id,
+  MENTORED_GENERATORS(MENTORED_ENUMERATOR)
+#undef MENTORED_ENUMERATOR
+};
+
+#define MENTORED_PLUS_ONE(id, Type) +1
+constexpr int kGeneratorCount = 0 MENTORED_GENERATORS(MENTORED_PLUS_ONE);
+#undef MENTORED_PLUS_ONE
+
+// The names Python knows them by (the bindings export the enum from this table, and the registry of
+// mentored/divergences.py must hold one entry per name).
+#define MENTORED_NAME(id, Type) Type::name,
+constexpr const char* kGeneratorNames[] = {MENTORED_GENERATORS(MENTORED_NAME)};
+#undef MENTORED_NAME
+
+namespace detail {
+constexpr bool same_text(const char* a, const char* b) { return *a == *b && (*a == '\0' || same_text(a + 1, b + 1)); }
+#define MENTORED_MEMBER(id, Type) Generator::id,
+constexpr Generator kGeneratorList[] = {MENTORED_GENERATORS(MENTORED_MEMBER)};
+#undef MENTORED_MEMBER
+// The enumerators are numbered 0, 1, ... in list order, and the names are distinct.
+constexpr bool numbered_and_distinct() {
+  for (int i = 0; i < kGeneratorCount; ++i) {
+    if (static_cast<int>(kGeneratorList[i]) != i) return false;
+    for (int j = 0; j < i; ++j)
+      if (same_text(kGeneratorNames[i], kGeneratorNames[j])) return false;
+  }
+  return true;
+}
+}  // namespace detail
+
+// The list, the count, the names and the enum are one: each type's name is its enumerator's.
+static_assert(sizeof kGeneratorNames / sizeof kGeneratorNames[0] == kGeneratorCount, "one name per generator");
+static_assert(sizeof detail::kGeneratorList / sizeof detail::kGeneratorList[0] == kGeneratorCount, "one enumerator per generator");
+static_assert(detail::numbered_and_distinct(), "generator codes are the list positions, names distinct");
+#define MENTORED_SAME_NAME(id, Type) \
+  static_assert(detail::same_text(Type::name, #id), "the name of " #Type " is not its enumerator " #id);
+MENTORED_GENERATORS(MENTORED_SAME_NAME)
+#undef MENTORED_SAME_NAME
+
+// What an integer past the list (never made by the bindings, which check the codes) gives: NaN.
+struct NoGenerator {
+  static constexpr const char* name = nullptr;
+  static constexpr double f_inf = kNaN;
+  static constexpr double tilt = kNaN;
+  static double f(double) { return kNaN; }
+  static double df(double, int) { return kNaN; }
+  static double huge(double, double) { return kNaN; }
+  static void many(const double*, std::size_t n, double* out) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = kNaN;
+  }
+};
+
+// fn(Type{}) for the type of g: the one dispatch on a Generator, a switch generated from the list and
+// compiled with -Wswitch an error, so that an enumerator the list does not name stops the build.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+template <class Fn>
+inline decltype(auto) visit_generator(Generator g, Fn&& fn) {
+  switch (g) {
+#define MENTORED_CASE(id, Type) \
+  case Generator::id:           \
+    return fn(Type{});
+    MENTORED_GENERATORS(MENTORED_CASE)
+#undef MENTORED_CASE
+  }
+  return fn(NoGenerator{});
+}
+#pragma GCC diagnostic pop
+
+// f(t) for t in [0, ∞]; f(0) and f(∞) are the limits.
+inline double generator_f(Generator g, double t) {
+  if (t == kInf) return kInf;  // every built-in grows without bound
+  return visit_generator(g, [t](auto G) { return decltype(G)::f(t); });
 }
 
 // f∞ = lim f(t)/t of the tilted generator (reverse_kl: 0 + 1).
 inline double generator_f_inf(Generator g) {
-  switch (g) {
-    case Generator::tv: return 0.5;
-    case Generator::kl: return kInf;
-    case Generator::reverse_kl: return 1.0;
-    case Generator::chi2: return kInf;
-    case Generator::neyman_chi2: return 1.0;
-    case Generator::hellinger: return 1.0;
-    case Generator::js: return 0.5 * 0.69314718055994530942;
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return visit_generator(g, [](auto G) { return decltype(G)::f_inf; });
 }
 
 // c = f'(1) of the untilted generator (tv: the subgradient 0), so that f = f̃ + c·(t − 1).
 inline double generator_tilt(Generator g) {
-  switch (g) {
-    case Generator::kl: return 1.0;           // f = t log t
-    case Generator::reverse_kl: return -1.0;  // f = −log t
-    default: return 0.0;
-  }
+  return visit_generator(g, [](auto G) { return decltype(G)::tilt; });
 }
 
 // The untilted generator's tilt c, f(0) = f̃(0) − c and f∞ = f̃∞ + c.
@@ -154,91 +409,14 @@ inline GeneratorConstants generator_constants(Generator g) {
 
 // f̃'(t) = f'(t) − c for t in [0, ∞], with f̃'(0) = f̃'(0+) and f̃'(∞) = f̃∞ (the limits). At tv's kink
 // (t = 1) it is the one-sided derivative: from the right for side > 0, from the left otherwise.
-// Written without cancellation near t = 1, where f̃' is small: λ = 1/(f'(t_hi) − f'(t_lo)) at a
-// small budget is the reciprocal of a difference of two such values.
 inline double generator_df(Generator g, double t, int side) {
-  const double ln2 = 0.69314718055994530942;
   if (t == kInf) return generator_f_inf(g);
-  switch (g) {
-    case Generator::tv:
-      return t > 1.0 ? 0.5 : t < 1.0 ? -0.5 : (side > 0 ? 0.5 : -0.5);
-    case Generator::kl:  // log t
-      return t > 0.0 ? log_near_1(t) : -kInf;
-    case Generator::reverse_kl:  // 1 − 1/t
-      return t > 0.0 ? (t - 1.0) / t : -kInf;
-    case Generator::chi2:  // 2(t − 1)
-      return 2.0 * (t - 1.0);
-    case Generator::neyman_chi2:  // 1 − 1/t², without t² (which overflows past 1.3e154)
-      return t > 0.0 ? ((t - 1.0) / t) * ((t + 1.0) / t) : -kInf;
-    case Generator::hellinger:  // 1 − 1/√t = (t − 1)/(t + √t)
-      return t > 0.0 ? (t - 1.0) / (t + std::sqrt(t)) : -kInf;
-    case Generator::js:  // ½ log(2t/(1 + t))
-      if (t == 0.0) return -kInf;
-      if (t > 3.0) return 0.5 * (ln2 - std::log1p(1.0 / t));
-      if (t < 1.0 / 3.0) return 0.5 * std::log(2.0 * t / (1.0 + t));
-      return 0.5 * std::log1p((t - 1.0) / (t + 1.0));
-  }
-  return kNaN;
+  return visit_generator(g, [t, side](auto G) { return decltype(G)::df(t, side); });
 }
 
-// Loops over many ratios, compiled twice on x86-64 (AVX2 and baseline, chosen at load time).
-// The AVX2 copy does the same IEEE operations four at a time (no FMA is enabled, so nothing is
-// contracted): results are bitwise the same on every machine.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(MENTORED_NO_CLONES)
-#define MENTORED_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MENTORED_CLONES
-#endif
-
-MENTORED_CLONES inline void kl_many(const double* t, std::size_t n, double* out) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = t[i], v = x * log_positive(x) - (x - 1.0);
-    out[i] = x > 0.0 ? (x < kInf ? v : kInf) : 1.0;
-  }
-}
-
-MENTORED_CLONES inline void reverse_kl_many(const double* t, std::size_t n, double* out) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const double x = t[i], v = (x - 1.0) - log_positive(x);
-    out[i] = x > 0.0 ? v : kInf;
-  }
-}
-
-// Ratios past DBL_MAX. A target token with a tiny p_i > 0 (a denormal p̂_i) can have q_i/p_i beyond
-// DBL_MAX; it is a target token all the same, with its own ratio and its own finite cost
-// p_i f(π_i/p_i). Such ratios, and the thresholds that reach them, are carried scaled: u = t·2⁻¹²⁸
-// (every ratio of a token is below 2¹⁰⁷⁵, so u stays below 2⁹⁴⁷; the scaling by a power of two is
-// exact wherever t itself is a double).
-constexpr double kHugeDown = 0x1p-128;  // t → u
-constexpr double kHugeUp = 0x1p128;     // u → t
-constexpr double kLn2x128 = 128.0 * 0.69314718055994530942;
-
-// The perspective y·f(t) of a built-in at t = u·2¹²⁸ > DBL_MAX, y > 0, from x = t·y = u·(y·2¹²⁸)
-// and log t = log u + 128 ln 2, without forming t: finite whenever the term itself is.
+// The perspective y·f(t) of a built-in at t = u·2¹²⁸ > DBL_MAX, y > 0 (each type's huge).
 inline double generator_term_huge(Generator g, double y, double u) {
-  const double ln2 = 0.69314718055994530942;
-  const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
-  switch (g) {
-    case Generator::tv:
-      return 0.5 * (x - y);
-    case Generator::kl:  // y(t log t − t + 1)
-      return x * (log_t - 1.0) + y;
-    case Generator::reverse_kl:  // y(t − 1 − log t)
-      return (x - y) - y * log_t;
-    case Generator::chi2: {  // y(t − 1)² = (x − y)²/y: the quotient alone overflows where x − y < 1
-      const double d = x - y, a = d * (d / y);
-      return a < kInf ? a : (d * d) / y;
-    }
-    case Generator::neyman_chi2:  // y(t − 1)²/t
-      return (x - y) * ((x - y) / x);
-    case Generator::hellinger: {  // y(√t − 1)²
-      const double r = std::sqrt(x) - std::sqrt(y);
-      return r * r;
-    }
-    case Generator::js:  // ½[x log(2x/(x+y)) + y log(2y/(x+y))]
-      return 0.5 * (x * (ln2 - std::log1p(y / x)) + y * (ln2 + std::log(y) - std::log(x + y)));
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+  return visit_generator(g, [y, u](auto G) { return decltype(G)::huge(y, u); });
 }
 
 // y·f(t) at t = u·2¹²⁸ for any generator functor: the functor's own `huge` when it has one (the
@@ -272,17 +450,9 @@ struct BuiltinF {
   // f'(t) of the untilted generator, one-sided at a kink (generator_df).
   double fprime(double t, int side) const { return generator_df(g, t, side) + generator_tilt(g); }
   double huge(double y, double u) const { return generator_term_huge(g, y, u); }
-  // f at n ratios in [0, ∞): one loop per generator, branch-free where that lets it vectorise.
+  // f at n ratios in [0, ∞]: the generator's vectorised loop.
   void many(const double* t, std::size_t n, double* out) const {
-    switch (g) {
-      case Generator::kl:
-        return kl_many(t, n, out);
-      case Generator::reverse_kl:
-        return reverse_kl_many(t, n, out);
-      default:
-        break;
-    }
-    for (std::size_t i = 0; i < n; ++i) out[i] = generator_f(g, t[i]);
+    visit_generator(g, [t, n, out](auto G) { decltype(G)::many(t, n, out); });
   }
 };
 
