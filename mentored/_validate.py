@@ -185,11 +185,12 @@ def as_pair(target, draft, normalize: bool):
     return check_sums(p, "target", normalize, sp), check_sums(q, "draft", normalize, sq)
 
 
-def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: str | None = None) -> np.ndarray:
+def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: str | None = None, where=None) -> np.ndarray:
     """A scalar or one value per row, as a float64 array of length ``rows``; NaN and negatives refused.
 
-    ``unit`` (e.g. ``"request"``) names what the rows are, in the shape message and as the place of a
-    bad value ("... for request 3")."""
+    The one rule for budgets (and acceptances, with ``upper=1``) at every entry point: a float64 ≥ 0,
+    ``inf`` allowed (no bound). ``unit`` (e.g. ``"request"``) names what the rows are, in the shape
+    message and as the place of a bad value ("... for request 3"); ``where(r)`` names row r instead."""
     try:
         v = np.asarray(value.tolist() if hasattr(value, "tolist") else value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -200,12 +201,13 @@ def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: st
         raise ValueError(f"{name} must be a scalar or have one value per {unit or 'row'} ({rows}), got shape {v.shape}")
 
     def at(bad) -> str:
-        return f" for {unit} {int(np.flatnonzero(bad)[0])}" if unit else ""
+        r = int(np.flatnonzero(bad)[0])
+        return f" {where(r)}" if where else f" for {unit} {r}" if unit else ""
 
     if np.any(np.isnan(v)):
         raise ValueError(f"{name} is NaN{at(np.isnan(v))}")
     if np.any(v < 0):
-        raise ValueError(f"{name} must be nonnegative, got {v[v < 0][0]}{at(v < 0)}")
+        raise ValueError(f"{name} must be nonnegative{' (inf allowed)' if upper is None else ''}, got {v[v < 0][0]}{at(v < 0)}")
     if upper is not None and np.any(v > upper):
         raise ValueError(f"{name} must be at most {upper}, got {v[v > upper][0]}{at(v > upper)}")
     return np.ascontiguousarray(v)
@@ -384,7 +386,7 @@ def _itemsize(x) -> int:
 
 
 def _step_budgets(budget, B: int, k: int) -> np.ndarray:
-    """The budget broadcast to (B, k), float64, checked."""
+    """The budget broadcast to (B, k), float64, checked by :func:`per_row`'s rule."""
     try:
         b = np.asarray(budget, dtype=np.float64)
     except (TypeError, ValueError):
@@ -393,13 +395,7 @@ def _step_budgets(budget, B: int, k: int) -> np.ndarray:
         b = np.broadcast_to(b, (B, k))
     except ValueError:
         raise ValueError(f"budget must broadcast to (B, k) = ({B}, {k}), got shape {b.shape}") from None
-    if np.any(np.isnan(b)):
-        b_, j = np.argwhere(np.isnan(b))[0]
-        raise ValueError(f"budget is NaN at (b, j) = ({b_}, {j})")
-    if np.any(b < 0):
-        b_, j = np.argwhere(b < 0)[0]
-        raise ValueError(f"budget must be nonnegative (inf allowed), got {b[b_, j]} at (b, j) = ({b_}, {j})")
-    return np.ascontiguousarray(b)
+    return per_row(b.ravel(), B * k, "budget", where=lambda r: f"at (b, j) = ({r // k}, {r % k})").reshape(B, k)
 
 
 def _step_uniforms(uniforms, seed, B: int, k: int) -> np.ndarray:

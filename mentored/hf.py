@@ -48,6 +48,7 @@ except ImportError as exc:
     raise ImportError("mentored.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
 
 from .decoding import DecodeStats, Tally
+from ._validate import per_row
 from .speculative import speculative_step
 
 __all__ = ["generate", "GenerateStats", "load_pair", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
@@ -527,13 +528,7 @@ def generate(
         limit = _max_positions(model)
         if limit is not None and longest > limit:
             raise ValueError(f"the {name} model has {limit} positions; the longest prompt + max_new_tokens + k needs {longest}")
-    budget_t = torch.as_tensor(budget, dtype=torch.float64)
-    if budget_t.ndim > 0:
-        budget_t = budget_t.reshape(-1)
-        if budget_t.numel() != B:
-            raise ValueError(f"budget must be a number or one per row ({B}), got shape {tuple(torch.as_tensor(budget).shape)}")
-    if bool((budget_t < 0).any()) or not bool(torch.isfinite(budget_t).all()):
-        raise ValueError("budget must be finite and non-negative")
+    budget_t = torch.as_tensor(per_row(budget, B, "budget", unit="row"))  # the package's one budget rule
     if pad_token_id is None:
         pad_token_id = getattr(target_model.config, "pad_token_id", None)
         pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
@@ -660,9 +655,7 @@ class mentored_assisted_generation:  # noqa: N801 (a context manager, used as a 
     """
 
     def __init__(self, divergence="kl", budget: float = 0.1):
-        if not budget >= 0:
-            raise ValueError(f"budget must be non-negative, got {budget}")
-        self.divergence, self.budget = divergence, float(budget)
+        self.divergence, self.budget = divergence, float(per_row(budget, 1, "budget")[0])
         self.stats = AssistedStats()
         self._original = None
 

@@ -327,9 +327,7 @@ class Verifier:
         if core_divergence(self.div) is None:
             raise ValueError(f"Verifier takes a divergence the core evaluates (a built-in, or one from Divergence.from_sympy "
                              f"with a program); {self.div.name!r} has none: use rejection_sample")
-        self.budget = float(budget)
-        if not self.budget >= 0:
-            raise ValueError(f"budget must be nonnegative (inf allowed), got {self.budget}")
+        self.budget = float(per_row(budget, 1, "budget")[0])
         self.zeros = check_zeros(zeros)
         self.threads = threads_arg(threads)
         self.validate = validate

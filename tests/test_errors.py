@@ -112,7 +112,7 @@ def test_numbers_print_as_numbers():
     for budget in (-0.1, np.float64(-0.1), np.array([-0.1])):
         with pytest.raises(ValueError) as exc:
             mentored.solve(P, Q, budget=budget)
-        assert str(exc.value) == "budget must be nonnegative, got -0.1"
+        assert str(exc.value) == "budget must be nonnegative (inf allowed), got -0.1"
     with pytest.raises(ValueError, match=r"s must lie in \[0, TV\(p, q\)\] = \[0, 0\.3\d*\], got 0\.5$"):
         mentored.MentoredPath(P, Q).pi(np.float64(0.5))
 
@@ -181,3 +181,25 @@ def test_a_core_status_after_validation_is_a_bug_not_bad_input(monkeypatch):
     monkeypatch.setattr(mentored._core, "solve", refuse)
     with pytest.raises(RuntimeError, match="whose entries and sums pass"):
         mentored.solve([0.5, 0.5], [0.25, 0.75], divergence="kl", budget=0.1)
+
+
+def test_every_entry_point_has_the_one_budget_rule():
+    # inf (no bound) taken everywhere; a negative budget refused everywhere with the one message
+    from mentored.hf import mentored_assisted_generation
+    from mentored.serving import Verifier, rejection_sample
+
+    p, q = np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]])
+    step = (np.stack([p, p], 1), np.array([[0]]), q[None], np.array([[1]]))
+    entries = {
+        "solve": lambda b: mentored.solve(p, q, budget=b),
+        "speculative_step": lambda b: mentored.speculative_step(*step, budget=b, seed=0),
+        "rejection_sample": lambda b: rejection_sample(np.array([1]), [1], q, p, np.array([[0]]), budget=b),
+        "Verifier": lambda b: Verifier(3, budget=b),
+        "hf assisted generation": lambda b: mentored_assisted_generation(budget=b),
+    }
+    for name, call in entries.items():
+        call(np.inf)
+        with pytest.raises(ValueError, match=r"^budget must be nonnegative \(inf allowed\), got -0.5"):
+            call(-0.5)
+        with pytest.raises(ValueError, match=r"^budget is NaN"):
+            call(np.nan)

@@ -503,7 +503,7 @@ def test_inputs_are_checked():
     with pytest.raises(ValueError, match="nonnegative"):
         rejection_sample(**ok, budget=-1)
     two = {**ok, "num_draft_tokens": [1, 1], "bonus_token_ids": np.array([[0], [1]])}
-    with pytest.raises(ValueError, match=r"budget must be nonnegative, got -1.0 for request 1"):
+    with pytest.raises(ValueError, match=r"budget must be nonnegative \(inf allowed\), got -1.0 for request 1"):
         rejection_sample(**two, budget=[0.1, -1.0])
     with pytest.raises(ValueError, match=r"budget is NaN for request 0"):
         rejection_sample(**two, budget=[np.nan, 0.1])
