@@ -140,7 +140,7 @@ def load_pair(directory=None, *, dtype=None, verify: bool = True) -> Pair:
     default: the fastest on CPU), after checking their SHA-256 checksums."""
     from transformers import GPT2LMHeadModel
 
-    from .textlm import CharTokenizer
+    from .corpus import CharTokenizer
 
     directory = Path(directory) if directory is not None else MODELS_DIR
     if verify:

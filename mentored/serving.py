@@ -165,19 +165,6 @@ def _check_generators(generators, B: int) -> None:
             raise TypeError(f"generators[{b}] (request {b}) must be a numpy.random.Generator or torch.Generator, got {type(gen).__name__}")
 
 
-def _check_ids(draft, bonus, V: int, B: int, T: int):
-    if tuple(draft.shape) != (T,):
-        raise ValueError(f"draft_token_ids must be flat, shape (num_tokens,) = ({T},), got {tuple(draft.shape)}")
-    if draft.shape[0]:
-        lo, hi = int(draft.min()), int(draft.max())
-        if lo < PLACEHOLDER_TOKEN_ID or hi >= V:
-            raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {V}) or be the placeholder -1, got ids from {lo} to {hi}")
-    if B:
-        lo, hi = int(bonus.min()), int(bonus.max())
-        if lo < 0 or hi >= V:
-            raise ValueError(f"bonus_token_ids must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
-
-
 # ---------------------------------------------------------------- the token-only verifier (§8)
 
 

@@ -29,84 +29,13 @@ with :math:`h'` the history without its oldest token, the uniform law at the bot
 from __future__ import annotations
 
 import functools
-import warnings
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from .corpus import CharTokenizer, corpus, splits
+
 __all__ = ["CharTokenizer", "NgramLM", "DemoModels", "demo_models", "corpus", "speculative_decode"]
-
-# Standard-library modules whose docstrings join pydoc_data.topics in the corpus (import-safe, stable).
-_DOC_MODULES = (
-    "argparse", "ast", "asyncio", "base64", "bisect", "calendar", "collections", "contextlib", "copy", "csv",
-    "dataclasses", "datetime", "decimal", "difflib", "email", "enum", "fractions", "functools", "gzip", "hashlib",
-    "heapq", "html", "http", "inspect", "io", "ipaddress", "itertools", "json", "logging", "math", "operator",
-    "os", "pathlib", "pickle", "pprint", "queue", "random", "re", "shlex", "shutil", "socket", "sqlite3",
-    "statistics", "string", "struct", "subprocess", "tarfile", "tempfile", "textwrap", "threading", "time",
-    "timeit", "typing", "unittest", "urllib", "uuid", "warnings", "weakref", "xml", "zipfile",
-)
-
-
-def corpus() -> list[str]:
-    """The documents: pydoc topics (sorted by name), then module, class and function docstrings."""
-    from pydoc_data.topics import topics
-
-    docs = [topics[k] for k in sorted(topics)]
-    # Reading module attributes can warn (typing.io, deprecated aliases): the text is all we want.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name in _DOC_MODULES:
-            docs.append(_module_doc(name))
-    return [d for d in docs if d]
-
-
-def _module_doc(name: str) -> str:
-    import importlib
-    import inspect
-
-    try:
-        mod = importlib.import_module(name)
-    except ImportError:  # a stripped-down Python: fewer documents, same code path
-        return ""
-    parts = [inspect.getdoc(mod) or ""]
-    for attr in sorted(vars(mod)):
-        obj = getattr(mod, attr)
-        if not attr.startswith("_") and (inspect.isclass(obj) or inspect.isfunction(obj)):
-            if getattr(obj, "__module__", None) == mod.__name__:
-                parts.append(inspect.getdoc(obj) or "")
-    return "\n\n".join(p for p in parts if p)
-
-
-class CharTokenizer:
-    """Characters to ids; rare characters (seen < ``min_count`` times) share the id ``unk``."""
-
-    def __init__(self, text: str, min_count: int = 5):
-        counts = Counter(text)
-        chars = sorted(c for c, n in counts.items() if n >= min_count)
-        self.vocab = ["\ufffd"] + chars  # id 0: unknown
-        self.unk = 0
-        self._index = {c: i for i, c in enumerate(self.vocab)}
-        self.V = len(self.vocab)
-
-    @classmethod
-    def from_vocab(cls, vocab) -> "CharTokenizer":
-        """The tokenizer with this vocabulary (``vocab[0]`` the unknown character), e.g. the shipped
-        models' ``vocab.json``."""
-        tok = cls.__new__(cls)
-        tok.vocab = list(vocab)
-        tok.unk = 0
-        tok._index = {c: i for i, c in enumerate(tok.vocab)}
-        tok.V = len(tok.vocab)
-        return tok
-
-    def encode(self, text: str) -> np.ndarray:
-        get = self._index.get
-        return np.fromiter((get(c, 0) for c in text), dtype=np.int64, count=len(text))
-
-    def decode(self, ids) -> str:
-        return "".join(self.vocab[int(i)] for i in ids if int(i) >= 0)
-
 
 class NgramLM:
     """Interpolated Kneser–Ney n-gram model over token ids ``0..V-1`` (see the module docstring)."""
@@ -200,15 +129,9 @@ def demo_models(seed: int = 0, *, drafter_order: int = 2, target_order: int = 6)
 
     The result is cached (and shared): treat it as read-only.
     """
-    docs = corpus()
-    order = np.random.default_rng(seed).permutation(len(docs))
-    n_valid = n_test = max(1, len(docs) // 10)
-    pick = lambda idx: "\n\n".join(docs[i] for i in sorted(idx))  # noqa: E731
-    valid_text = pick(order[:n_valid])
-    test_text = pick(order[n_valid : n_valid + n_test])
-    train_text = pick(order[n_valid + n_test :])
-    tok = CharTokenizer(train_text)
-    train, valid, test = (tok.encode(t) for t in (train_text, valid_text, test_text))
+    s = splits(seed)
+    tok, train, valid, test = s.tokenizer, s.train, s.valid, s.test
+    train_text, valid_text, test_text = s.train_text, s.valid_text, s.test_text
     return DemoModels(
         drafter=NgramLM(train, tok.V, drafter_order),
         target=NgramLM(train, tok.V, target_order),

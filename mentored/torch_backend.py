@@ -1010,7 +1010,6 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     ``CPU_SOLVER = "torch"``): each position's acceptance test and its rows at a rejection, then
     :func:`_verify`."""
     from .backends.host import given_uniforms
-    from .serving import _check_ids
 
     B, T = plan.B, plan.T
     p = torch.as_tensor(target_probs)
@@ -1034,7 +1033,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
                 raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
             if T:
                 check_rows(x, name, plan.where, normalize)
-        _check_ids(draft, bonus, V, B, T)
+        check_ids(draft, bonus, V, B, T)
     draft = draft.to(torch.int64)
     bonus = bonus.to(torch.int64)
 
@@ -1127,3 +1126,16 @@ def _normalized_tensor(x, name: str):
     """Rows of a tensor divided by their float64 sums, in its own dtype; rows summing to 0 refused."""
     sums = check_rows(x, name, normalize=True).reshape(x.shape[:-1] + (1,))
     return x / sums.to(x.dtype)
+
+
+def check_ids(draft, bonus, V: int, B: int, T: int):
+    if tuple(draft.shape) != (T,):
+        raise ValueError(f"draft_token_ids must be flat, shape (num_tokens,) = ({T},), got {tuple(draft.shape)}")
+    if draft.shape[0]:
+        lo, hi = int(draft.min()), int(draft.max())
+        if lo < -1 or hi >= V:
+            raise ValueError(f"draft_token_ids must lie in [0, V) = [0, {V}) or be the placeholder -1, got ids from {lo} to {hi}")
+    if B:
+        lo, hi = int(bonus.min()), int(bonus.max())
+        if lo < 0 or hi >= V:
+            raise ValueError(f"bonus_token_ids must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")

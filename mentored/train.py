@@ -75,10 +75,10 @@ def _windows(data: np.ndarray, starts: np.ndarray, length: int):
 
 @functools.lru_cache(maxsize=1)
 def _splits():
-    from .textlm import demo_models
+    from .corpus import splits
 
-    d = demo_models(0)
-    return d.tokenizer, d.train, d.valid, d.test
+    s = splits(0)
+    return s.tokenizer, s.train, s.valid, s.test
 
 
 def bits_per_char(model, ids: np.ndarray, n: int | None = 20000, context: int = CONTEXT, stride: int = CONTEXT // 2) -> float:

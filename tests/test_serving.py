@@ -602,7 +602,6 @@ def test_custom_divergences_on_torch_tensors(solver, monkeypatch, rng):
     # tensors, by the core and by the torch algorithm, dense and token-only drafts: the numpy decisions.
     import sympy as sp
 
-    import mentored.serving as serving
 
     t = sp.Symbol("t", positive=True)
     with pytest.warns(mentored.NumericCheckWarning, match="bisection"):  # sympy does not solve f'(t) = y here

@@ -13,7 +13,7 @@ import mentored
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from mentored import serving, torch_backend  # noqa: E402
+from mentored import torch_backend  # noqa: E402
 from mentored.serving import rejection_sample  # noqa: E402
 
 
