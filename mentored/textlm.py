@@ -130,19 +130,7 @@ def demo_models(seed: int = 0, *, drafter_order: int = 2, target_order: int = 6)
     The result is cached (and shared): treat it as read-only.
     """
     s = splits(seed)
-    tok, train, valid, test = s.tokenizer, s.train, s.valid, s.test
-    train_text, valid_text, test_text = s.train_text, s.valid_text, s.test_text
-    return DemoModels(
-        drafter=NgramLM(train, tok.V, drafter_order),
-        target=NgramLM(train, tok.V, target_order),
-        tokenizer=tok,
-        train=train,
-        valid=valid,
-        test=test,
-        train_text=train_text,
-        valid_text=valid_text,
-        test_text=test_text,
-    )
+    return DemoModels(NgramLM(s.train, s.tokenizer.V, drafter_order), NgramLM(s.train, s.tokenizer.V, target_order), **s._asdict())
 
 
 def speculative_decode(drafter, target, prompts, *, new_tokens=64, k=4, divergence="kl", budget=0.0, seed=0, progress=None):
