@@ -161,17 +161,16 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
         ver = Verifier(V, divergence=div, budget=budget, zeros="keep", dtype=np.float32, threads=1, seed=0)
         pi = _core.solve(p, q, code, 0, eps, 1, out=out)[0]
         u = np.random.default_rng(1).random((B, k, 2))
-        d2, b1 = draft.reshape(B, k), bonus.reshape(B)
         n64, u2 = np.asarray(n, dtype=np.int64), u.reshape(T, 2)
 
         def raw():  # the compiled calls a Verifier step makes: solve, then accept/residual
             _core.solve(p, q, code, 0, eps, 1, None, out)
-            _core.speculative_step(pi.reshape(B, k, V), q.reshape(B, k, V), d2, b1, u, 1)
+            _core.verify(p, q, draft, n64, bonus, u2, eps, [None], pi=pi, keep=True, threads=1, int32=True)  # π given
 
         fns = {
             "core (threads=1)": lambda: _core.solve(p, q, code, 0, eps, 1, None, out),
             "core solve + step (threads=1)": raw,
-            "core verify (threads=1)": lambda: _core.verify(p, q, draft, n64, bonus, u2, eps, code, True, 0, 1, True),
+            "core verify (threads=1)": lambda: _core.verify(p, q, draft, n64, bonus, u2, eps, [int(code)], keep=True, threads=1, int32=True),
             "solve (default threads)": lambda: mentored.solve(p, q, divergence=div, budget=budget),
             "solve (threads=1)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=1),
             f"solve (threads={ncpu}, the old default)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=ncpu),

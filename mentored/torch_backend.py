@@ -7,7 +7,7 @@ registry entry (mentored/divergences.py: the accurate forms written once for num
 recognised by identity, never by name), or forms compiled from a
 :meth:`~mentored.Divergence.from_sympy` generator. It is checked against :func:`mentored.solve`
 in the tests. torch is imported lazily by :func:`mentored.speculative_step`; :func:`mentored.solve`
-hands tensors on devices other than the CPU to ``_solve_tensors`` here.
+hands tensors on devices other than the CPU to :class:`TorchBackend` here (:mod:`mentored.backends`).
 
 On a row, with ratios :math:`r_i = q_i/p_i`,
 
