@@ -20,7 +20,10 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMENTORED_SANITIZE=ON \
   -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v $PY)" >/dev/null
 cmake --build "$B" -j "$(nproc)" >/dev/null
 rm -rf "$B/pkg" && mkdir -p "$B/pkg/mentored"
-for f in mentored/*.py mentored/*.pyi; do ln -s "$PWD/$f" "$B/pkg/mentored/"; done
+# every source file and sub-package (backends/, models/), not the compiled modules
+for f in mentored/*; do
+  case "$f" in *.so|*/__pycache__) ;; *) ln -s "$PWD/$f" "$B/pkg/mentored/" ;; esac
+done
 cp "$B"/_core*.so "$B/pkg/mentored/"
 # The editable install puts a finder for `mentored` ahead of sys.path; take it out so that
 # PYTHONPATH's copy (with the sanitized core) is the one imported.
