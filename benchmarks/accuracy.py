@@ -2,7 +2,7 @@
 
     python benchmarks/accuracy.py [--rows 3]
 
-For every divergence and every kind of row in mentored.testing (and LLM-like rows, n = 4096),
+For every divergence and every kind of row in mentored.check.testing (and LLM-like rows, n = 4096),
 at budgets from 0 to past D_f(q‖p): the worst |acceptance − reference|, the worst acceptance
 deficit against the oracle's feasible point (positive = core below oracle), how often the oracle
 gave a usable point, and the worst budget overshoot of the core measured from the definition.
@@ -16,9 +16,9 @@ import warnings
 import numpy as np
 
 import mentored
-from mentored import reference
-from mentored.oracle import oracle_solve
-from mentored.testing import KINDS, budgets_for, instance, llm_like
+from mentored.check import reference
+from mentored.check.oracle import oracle_solve
+from mentored.check.testing import KINDS, budgets_for, instance, llm_like
 
 
 def main():

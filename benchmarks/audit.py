@@ -3,14 +3,14 @@
     python benchmarks/audit.py [--rows 8] [--n 4096] [--seed 0] [--out benchmarks/audit.png]
                                [--positions 16] [--demo-out benchmarks/audit_demo.png] [--demo-only | --synthetic-only]
 
-Sweeps each rule's knob (mentored.rules.RULES) on synthetic rows: LLM-like rows (softmax of Gaussian
-logits, n tokens, mentored.testing.llm_like) and rows of a few instance kinds (n = 200). For each
+Sweeps each rule's knob (mentored.analysis.rules.RULES) on synthetic rows: LLM-like rows (softmax of Gaussian
+logits, n tokens, mentored.check.testing.llm_like) and rows of a few instance kinds (n = 200). For each
 (rule, knob) it prints, averaged over the LLM-like rows, the rule's acceptance A, its divergence
 D_f(π_rule‖p), the acceptance deficit A*(D_rule) − A at equal divergence and the divergence overspent
 D_rule − D*(A) at equal acceptance, for kl and tv; then a per-rule summary over all rows and kinds for
 four divergences. It writes the frontiers A*(ε) of one LLM-like row with every rule's points to --out.
 
-Then the same on the demo models' distributions (mentored.textlm.demo_models(0)): the (target, drafter)
+Then the same on the demo models' distributions (mentored.demo.textlm.demo_models(0)): the (target, drafter)
 next-token laws at --positions random positions of the held-out test split. Besides the per-position
 tables it compares, across positions, each rule's mean acceptance and mean divergence with the mentored
 optimum at the same mean budget per position, both with that budget at every position ("uniform") and
@@ -26,8 +26,8 @@ import math
 import numpy as np
 
 import mentored
-from mentored.rules import audit
-from mentored.testing import instance, llm_like
+from mentored.analysis.rules import audit
+from mentored.check.testing import instance, llm_like
 
 GRID = {
     "standard": [{}],
@@ -146,7 +146,7 @@ def plot(p, q, out):
 
 
 # ---------------------------------------------------------------------------------------------
-# The demo models' distributions (mentored.textlm)
+# The demo models' distributions (mentored.demo.textlm)
 
 
 def demo_rows(positions: int, seed: int = 0):
@@ -155,7 +155,7 @@ def demo_rows(positions: int, seed: int = 0):
     Returns ``rows`` [(p, q)] and ``info`` [(position, preceding text, next character)], sorted by position;
     the context of position ``i`` is ``test[:i]`` (the 6-gram target reads its last 5 tokens).
     """
-    from mentored.textlm import demo_models
+    from mentored.demo.textlm import demo_models
 
     m = demo_models(0)
     order = m.target.order
@@ -234,7 +234,7 @@ def aggregate_table(rows):
 def demo(args):
     rows, info = demo_rows(args.positions, args.seed)
     lossless = np.array([np.minimum(p, q).sum() for p, q in rows])
-    print(f"Demo models (mentored.textlm.demo_models(0): 6-gram target p, bigram drafter q, V = {rows[0][0].size}): "
+    print(f"Demo models (mentored.demo.textlm.demo_models(0): 6-gram target p, bigram drafter q, V = {rows[0][0].size}): "
           f"{len(rows)} positions of the test split (seed {args.seed})")
     print(f"{'position':>9} {'preceding text':>20} {'next':>6} {'1 − TV':>7}")
     for (i, before, nxt), a in zip(info, lossless):

@@ -2,7 +2,7 @@
 # The device checks of the torch path, for a machine with a CUDA GPU (under 5 minutes once the
 # package is installed; `pip install --no-build-isolation -e .` first on a fresh machine):
 #   1. tests/test_serving.py::test_cuda_equals_cpu (skipped where there is no CUDA device);
-#   2. the solve queued on the device with no host synchronisation: torch_backend.solve_point and π
+#   2. the solve queued on the device with no host synchronisation: mentored.backends.torch.solve_point and π
 #      under torch.cuda.set_sync_debug_mode("error"), and π equal to the C++ core's;
 #   3. benchmarks/torch_lossless.py --device cuda: rejection_sample against a lossless sampler written
 #      the way vLLM's works, same tensors, B·k = 64, V = 131072 (p50, synchronised), and
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 import mentored
-from mentored import torch_backend
-from mentored.speculative import solve_pi
+from mentored.backends import torch as torch_backend
+from mentored.verify.speculative import solve_pi
 
 g = torch.Generator().manual_seed(0)
 R, V = 64, 131072

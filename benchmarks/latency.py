@@ -13,7 +13,7 @@ For two cases, a decode step of B·k = 16 rows over V = 32000 tokens and a small
 - ``solve``: ``mentored.solve`` with its default threads, with ``threads=1``, and with ``threads=<all
   cores>`` (the default before small batches ran on the calling thread);
 - ``rejection_sample``: the vLLM-layout entry point (validation on), numpy;
-- ``Verifier``: ``mentored.serving.Verifier``, buffers held between calls (validation off).
+- ``Verifier``: ``mentored.verify.serving.Verifier``, buffers held between calls (validation off).
 
 The calls are interleaved round-robin, so that each round sees one machine state. Python's share
 of a call is measured inside the call: the core's entry points (solve, speculative_step, row_stats,
@@ -148,7 +148,7 @@ def _case(B, k, V, seed=0):
 def run(calls, busy_seconds, div="kl", budget=0.1):
     import mentored
     from mentored import _core
-    from mentored.serving import Verifier, rejection_sample
+    from mentored.verify.serving import Verifier, rejection_sample
 
     ncpu = os.cpu_count() or 1
     code = mentored.divergence(div).compiled

@@ -11,7 +11,7 @@ On one CPU thread, over held-out prompts of the demo's test split (batched, left
 2. quality: the held-out log-loss (bits per character, first 20,000 test characters) of p, q and
    of the mentored mixture pi at each budget, for the neural pair and the n-gram pair; the edge
    d(U) - p(U) on the validation split as the predictor of the gain's sign
-   (mentored.quality.edge), the validation-best budget's test gain (log_loss_gain), and the
+   (mentored.analysis.quality.edge), the validation-best budget's test gain (log_loss_gain), and the
    per-position oracle optimum (quality_optimal_budget) on a sample of positions.
 
 Writes docs/neural.png and benchmarks/neural_results.json; prints the tables docs/neural.md quotes.
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import mentored
-from mentored import quality as Q
+from mentored.analysis import quality as Q
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = {"kl": (0.02, 0.05, 0.2, 1.0), "tv": (0.05, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
@@ -43,8 +43,8 @@ N_EVAL = 20000
 
 
 def neural_laws(model, ids):
-    """Row i - 1: the model's law of ids[i] given ids[:i] (i >= 1; mentored.hf.probs_along, windows of 256, stride 128)."""
-    from mentored.hf import probs_along
+    """Row i - 1: the model's law of ids[i] given ids[:i] (i >= 1; mentored.integrations.hf.probs_along, windows of 256, stride 128)."""
+    from mentored.integrations.hf import probs_along
 
     return probs_along(model, ids)[1:]
 
@@ -73,7 +73,7 @@ def decode_table(pair, prompts, new_tokens, quick, repeats):
     settings = [("kl", 0.0)] + [(d, b) for d, bs in BUDGETS.items() for b in (bs[1:2] if quick else bs)]
     for k in (4,) if quick else KS:
         for div, budget in settings:
-            runs = [mentored.hf.generate(tgt, dft, ids, mask, k=k, divergence=div, budget=budget, max_new_tokens=new_tokens, seed=0)[1]
+            runs = [mentored.integrations.hf.generate(tgt, dft, ids, mask, k=k, divergence=div, budget=budget, max_new_tokens=new_tokens, seed=0)[1]
                     for _ in range(repeats)]
             st = sorted(runs, key=lambda s: s.seconds["total"])[len(runs) // 2]  # the median run (counts are identical)
             rows.append(dict(
@@ -156,7 +156,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="k = 4 and one budget per divergence (a smoke run)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "neural_results.json")
     ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "neural.png")
-    ap.add_argument("--models", type=Path, default=None, help="a directory written by python -m mentored.train (default: the shipped pair)")
+    ap.add_argument("--models", type=Path, default=None, help="a directory written by python -m mentored.integrations.train (default: the shipped pair)")
     ap.add_argument("--figure-only", action="store_true", help="redraw the figure from --out's results")
     args = ap.parse_args()
     if args.figure_only:
@@ -165,8 +165,8 @@ def main() -> int:
         return 0
     torch.set_num_threads(1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from mentored.hf import load_pair
-    from mentored.textlm import demo_models
+    from mentored.integrations.hf import load_pair
+    from mentored.demo.textlm import demo_models
 
     t_start = time.perf_counter()
     pair = load_pair(args.models)

@@ -5,14 +5,14 @@
 Part 1, synthetic truths. A truth d = softmax(z), z ~ N(0, 2²) over n = 50 tokens; the target
 p = softmax(z + σ_A ξ_A) and the drafter q = softmax(z + σ_B ξ_B) err independently (ξ ~ N(0, 1)).
 For each (σ_A, σ_B) it measures the log-loss gain E_d[log π − log p] against the kl budget, the
-quality-optimal point (mentored.quality.quality_optimal_budget), and how often the edge
+quality-optimal point (mentored.analysis.quality.quality_optimal_budget), and how often the edge
 d(U) − p(U) predicts the sign of the gain at a small budget.
 
 Part 2, approximation error. Median relative error of the small-budget formulas of docs/theory.md §6
 (A − (1 − TV), D_f at the exact s, gain) against the exact curve, for the seven divergences at
 ε = 1e-2 … 1e-6, on the σ_A = σ_B = 1 rows.
 
-Part 3, real text. The demo models (mentored.textlm.demo_models: a 6-gram target, a bigram drafter,
+Part 3, real text. The demo models (mentored.demo.textlm.demo_models: a 6-gram target, a bigram drafter,
 characters of Python's bundled docs): held-out log-loss of π, p and q across budgets; per bucket of
 target entropy (cut on the validation split) the validation edge against the test gain; a gate that
 mentors only in buckets with a positive validation edge, at the validation-best budget.
@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import mentored
-from mentored import quality as Q
+from mentored.analysis import quality as Q
 
 DIVS = mentored.BUILTIN_NAMES  # tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js
 SIGMAS_A = (0.5, 1.0)
@@ -206,7 +206,7 @@ def entropy(p):
 
 
 def text_data(seed):
-    from mentored.textlm import demo_models
+    from mentored.demo.textlm import demo_models
 
     m = demo_models(seed)
     split = {}

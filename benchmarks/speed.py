@@ -12,7 +12,7 @@ measured in the same process on the same arrays:
   threads writing into a preallocated ``out=`` (what a decoding loop does: no fresh π per call);
 - argsort: a numpy solve built on ``np.argsort`` of the ratios (below), the obvious alternative;
 - lossless: the standard speculative step (accept/residual sampling) in numpy;
-- reference: mentored.reference (bisection on the definitions), one row, where it finishes;
+- reference: mentored.check.reference (bisection on the definitions), one row, where it finishes;
 - cvxpy: the oracle at n = 1k and 10k, one row;
 - torch: a sort-based solve in torch, when torch is installed.
 """
@@ -27,8 +27,8 @@ import time
 import numpy as np
 
 import mentored
-from mentored import reference
-from mentored.testing import llm_like
+from mentored.check import reference
+from mentored.check.testing import llm_like
 
 
 def cell(x: float, width: int, fmt: str, suffix: str = "") -> str:
@@ -173,7 +173,7 @@ def main():
     print(f"  time(batch 64) / time(batch 8), 1 thread: {t64 / t8:.2f} (8.00 is linear)")
     t2 = best(lambda: mentored.solve(P1, Q1, divergence="kl", budget=0.1, threads=2))
     print(f"  threads 1 -> 2 on 64 x 32768: speed-up {t64 / t2:.2f}x")
-    # A sympy generator runs as an expression program in the core (mentored/_program.py): against the
+    # A sympy generator runs as an expression program in the core (mentored/divergences/program.py): against the
     # nearest built-in (hellinger, f∞ = 1 as well) on the same rows and budget.
     import sympy as sp
 
@@ -219,7 +219,7 @@ def main():
         t_core = best(lambda: mentored.solve(p, q, divergence="kl", budget=0.1))
         t_ref = best(lambda: reference.solve(p, q, "kl", 0.1), 1)
         try:
-            from mentored.oracle import oracle_solve
+            from mentored.check.oracle import oracle_solve
 
             t_cvx = best(lambda: oracle_solve(p, q, "kl", 0.1), 1, budget_s=60)
         except ImportError:
@@ -233,7 +233,7 @@ def main():
     except ImportError:
         print("\ntorch: not installed, no torch anchor in this run")
     else:
-        from mentored import torch_backend  # type: ignore[attr-defined]
+        from mentored.backends import torch as torch_backend  # type: ignore[attr-defined]
 
         P, Q = rows(8, 131072)
         tp, tq = torch.from_numpy(P), torch.from_numpy(Q)

@@ -12,11 +12,11 @@ every round sees one machine state (timings on a shared machine are noisy: read 
    at B·k = 64 (16 requests × 4 drafts), V = 131072, float32 probabilities, budget 0 and 0.1 (kl,
    tv); read the ratio mentored / lossless. On CPU tensors the rows are
    solved by the compiled core (``mentored.backends.CPU_SOLVER = "core"``, zero-copy); the line
-   "torch sort" runs the device algorithm (``mentored.torch_backend``) on the CPU instead.
+   "torch sort" runs the device algorithm (``mentored.backends.torch``) on the CPU instead.
 2. The torch solve against the C++ core (``mentored.solve`` on numpy arrays) on 8 × 131072 float32
    rows at budget 0.1 (kl): ``mentored.solve`` on the tensors (on CPU tensors the backend hands the
    rows to the core, on views of their memory), and the torch algorithm itself
-   (``torch_backend._solve``, on a CPU what the device runs); read the ratio torch backend / core.
+   (``mentored.backends.torch._solve``, on a CPU what the device runs); read the ratio torch backend / core.
    On a CPU it is also run with torch and the core on one thread
    each, which a busy machine disturbs less (torch's parallel passes wait for their slowest thread).
 
@@ -123,15 +123,15 @@ def main(argv=None):
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device")
-    from mentored import torch_backend
-    from mentored.serving import rejection_sample
+    from mentored.backends import torch as torch_backend
+    from mentored.verify.serving import rejection_sample
 
     B, k, V = 16, 4, 131072
     calls = args.calls or (3 if args.quick else 5) * (10 if device.type == "cuda" else 1)
     draft, q, p, bonus = batch(B, k, V, device)
     n = [k] * B
     print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}; B·k = {B * k}, V = {V}, float32; {calls} calls")
-    from mentored import serving
+    from mentored.verify import serving
 
     def torch_algorithm(**kw):
         # the device algorithm itself, also where the rows are CPU tensors (mentored.backends.CPU_SOLVER)
@@ -162,7 +162,7 @@ def main(argv=None):
 def _solve_vs_core(p, q, device, calls, V):
     """2. the torch solves against the C++ core, same rows (float32), kl 0.1; the ratio of medians."""
     import mentored
-    from mentored import torch_backend
+    from mentored.backends import torch as torch_backend
 
     R = 8
     p8 = p[:R].contiguous()

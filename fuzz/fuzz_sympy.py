@@ -77,8 +77,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import mentored
-    from mentored import symbolic
-    from mentored.symbolic import SymbolicTimeoutError
+    from mentored.divergences import symbolic
+    from mentored.divergences.symbolic import SymbolicTimeoutError
 
     rng = np.random.default_rng(args.seed)
     counts = collections.Counter()

@@ -20,7 +20,7 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMENTORED_SANITIZE=ON \
   -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v $PY)" >/dev/null
 cmake --build "$B" -j "$(nproc)" >/dev/null
 rm -rf "$B/pkg" && mkdir -p "$B/pkg/mentored"
-# every source file and sub-package (backends/, models/), not the compiled modules
+# every source file and sub-package (divergences/, check/, …, models/), not the compiled modules
 for f in mentored/*; do
   case "$f" in *.so|*/__pycache__) ;; *) ln -s "$PWD/$f" "$B/pkg/mentored/" ;; esac
 done

@@ -11,14 +11,24 @@ distribution
 which speculative sampling then emits exactly, accepting a draft with probability
 :math:`\sum_i \min(\pi_i, q_i)` [1]_. Theory: ``docs/theory.md``; proofs: ``proofs/README.md``.
 
-The top level holds the solver and its certificate. The rest is one attribute away and loaded on
-first use, so that ``import mentored`` needs neither sympy, cvxpy, torch nor transformers:
-``mentored.rules`` (peer lossy rules and the frontier audit), ``mentored.quality`` (the boosting
-view), ``mentored.serving`` (vLLM's rejection-sampler layout), ``mentored.symbolic`` (divergences from sympy), ``mentored.oracle`` (the convex program),
-``mentored.reference`` (the numpy reference), ``mentored.hf`` (Hugging Face loop),
-``mentored.torch_backend``, ``mentored.textlm`` (the demo's text models), ``mentored.decoding``
-(the statistics of a decoding loop), ``mentored.testing``; ``mentored.exact`` (exact arithmetic for
-certificates) comes with the certificate.
+The top level holds the solver and its certificate. The rest lives in sub-packages, one per layer,
+each importing only the layers before it (``tests/test_structure.py`` holds the contract):
+
+- :mod:`mentored.divergences`: the registry of f-divergences, sympy generators
+  (:mod:`~mentored.divergences.symbolic`) and their compiled programs;
+- :mod:`mentored.check`: input checks, the dual and certificates, exact arithmetic, the cvxpy oracle,
+  the numpy reference, test rows;
+- :mod:`mentored.backends`: where a computation runs (the compiled core on the host, torch on a device);
+- :mod:`mentored.solver`: :func:`solve`, :class:`MentoredPath`, :func:`certify`;
+- :mod:`mentored.verify`: the speculative step, vLLM's rejection-sampler layout
+  (:mod:`~mentored.verify.serving`), decoding statistics;
+- :mod:`mentored.analysis`: peer lossy rules and the frontier audit, the boosting view (quality);
+- :mod:`mentored.integrations`: Hugging Face, vLLM, the shipped models' training and tokenizer;
+- :mod:`mentored.demo`: the command line and its text models (nothing in the library imports it).
+
+``import mentored`` needs neither sympy, cvxpy, torch nor transformers. The modules' earlier flat
+paths (``mentored.serving``, ``mentored.hf``, ``mentored.quality``, …) keep working: each is the moved
+module itself, imported on first use, and ``python -m mentored.train`` runs as before.
 
 References
 ----------
@@ -27,7 +37,10 @@ References
 """
 
 import importlib as _importlib
+import importlib.abc  # noqa: F401  (_importlib.abc)
+import importlib.util  # noqa: F401  (_importlib.util)
 import os as _os
+import sys as _sys
 
 
 def _require_core():
@@ -48,10 +61,9 @@ def _require_core():
 
 _require_core()
 
-from ._solve import MentoredPath, Solution, solve  # noqa: E402
-from .certificate import Certificate, certify  # noqa: E402
 from .divergences import BUILTIN_NAMES, Divergence, NumericCheckWarning, divergence  # noqa: E402
-from .speculative import speculative_step  # noqa: E402
+from .solver import Certificate, MentoredPath, Solution, certify, solve  # noqa: E402
+from .verify.speculative import speculative_step  # noqa: E402
 
 __all__ = [
     "solve",
@@ -67,15 +79,50 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-# Submodules reachable as attributes, imported on first access (PEP 562).
-_SUBMODULES = ("rules", "quality", "serving", "symbolic", "oracle", "reference", "hf", "torch_backend", "textlm", "decoding", "testing")
+# Flat paths of modules that moved into the sub-packages: `import mentored.serving` gives the module
+# object of `mentored.verify.serving` itself (one module, so monkeypatching either path patches both).
+_MOVED = {
+    "symbolic": "divergences.symbolic", "exact": "check.exact", "oracle": "check.oracle", "reference": "check.reference",
+    "testing": "check.testing", "certificate": "solver.certificate", "torch_backend": "backends.torch",
+    "speculative": "verify.speculative", "serving": "verify.serving", "decoding": "verify.decoding", "rules": "analysis.rules",
+    "quality": "analysis.quality", "hf": "integrations.hf", "vllm_plugin": "integrations.vllm_plugin", "train": "integrations.train",
+    "corpus": "integrations.corpus", "textlm": "demo.textlm",
+}
+
+
+class _MovedPath(_importlib.abc.MetaPathFinder, _importlib.abc.Loader):
+    """Finds ``mentored.<old>`` for each entry of ``_MOVED`` and loads it as the moved module."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, old = fullname.partition(".")
+        if package != __name__ or old not in _MOVED:
+            return None
+        # The moved file as origin: runpy's __file__ for `python -m mentored.<old>`.
+        return _importlib.util.spec_from_loader(fullname, self, origin=_importlib.util.find_spec(f"{__name__}.{_MOVED[old]}").origin)
+
+    def create_module(self, spec):
+        module = _importlib.import_module(f"{__name__}.{_MOVED[spec.name.partition('.')[2]]}")
+        spec.loader_state = module.__spec__
+        return module
+
+    def get_code(self, fullname):  # python -m mentored.<old>
+        target = f"{__name__}.{_MOVED[fullname.partition('.')[2]]}"
+        return _importlib.util.find_spec(target).loader.get_code(target)
+
+    def exec_module(self, module):
+        # The import system stamped the alias's spec on the module; give it back its own.
+        module.__spec__ = module.__spec__.loader_state
+
+
+if not any(isinstance(finder, _MovedPath) for finder in _sys.meta_path):
+    _sys.meta_path.append(_MovedPath())
 
 
 def __getattr__(name):
-    if name in _SUBMODULES:
+    if name in _MOVED:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_SUBMODULES))
+    return sorted(set(globals()) | set(_MOVED))

@@ -1,4 +1,4 @@
-"""Shared fixtures and the hypothesis profiles; the instance generators live in mentored.testing."""
+"""Shared fixtures and the hypothesis profiles; the instance generators live in mentored.check.testing."""
 
 from __future__ import annotations
 

@@ -26,9 +26,9 @@ import sympy as sp
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored import symbolic
-from mentored.oracle import OracleDisagreementWarning, OracleResult, OracleSkippedWarning
-from mentored.symbolic import DEFAULT_TIMEOUT, NumericCheckWarning, SymbolicTimeoutError
+from mentored.divergences import symbolic
+from mentored.check.oracle import OracleDisagreementWarning, OracleResult, OracleSkippedWarning
+from mentored.divergences.symbolic import DEFAULT_TIMEOUT, NumericCheckWarning, SymbolicTimeoutError
 
 T = sp.Symbol("t", positive=True)
 t = T
@@ -425,7 +425,7 @@ def _fake_oracle(pi, acceptance, divergence):
 def test_an_oracle_disagreement_within_its_tolerance_is_a_warning(monkeypatch):
     # At a tiny budget the frontier is steep (A* ~ √ε): a point 5e-9 over budget, within the oracle's
     # feasibility tolerance, accepts ~1e-4 more. That is the oracle's own error, not the solver's.
-    import mentored.oracle as oracle
+    import mentored.check.oracle as oracle
 
     p, q, budget = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 1e-12
     over = mentored.solve(p, q, divergence="kl", budget=budget + 5e-9)
@@ -435,7 +435,7 @@ def test_an_oracle_disagreement_within_its_tolerance_is_a_warning(monkeypatch):
 
 
 def test_an_oracle_disagreement_beyond_its_tolerance_is_an_error_unless_proved(monkeypatch):
-    import mentored.oracle as oracle
+    import mentored.check.oracle as oracle
 
     p, q, budget = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 0.05
     # A lying oracle: π = q (acceptance 1) claimed at divergence ε. Nothing its tolerance explains.
@@ -447,7 +447,7 @@ def test_an_oracle_disagreement_beyond_its_tolerance_is_an_error_unless_proved(m
     wiggle = from_sympy((t - 1) ** 2 + sp.sin(t - 1) / 10)
     with pytest.warns(OracleSkippedWarning):  # sin has no cvxpy form: the real oracle would skip
         mentored.solve(p, q, divergence=wiggle, budget=budget, check=True)
-    monkeypatch.setattr("mentored._solve._oracle_form_missing", lambda div: None)
+    monkeypatch.setattr("mentored.solver._solve._oracle_form_missing", lambda div: None)
     with pytest.raises(RuntimeError, match="no exact certificate"):
         mentored.solve(p, q, divergence=wiggle, budget=budget, check=True)
 
@@ -491,7 +491,7 @@ def test_certify_at_infinite_budget():
 def test_float_dual_bound_stays_finite_when_a_ratio_overflows():
     # q_i/p_i = 0.5/1e-310 overflows; the dual bound was +inf for every dual point.
     p, q = np.array([0.6, 0.4, 1e-310]), np.array([1e-310, 0.5, 0.5])
-    from mentored.certificate import dual_bound
+    from mentored.solver.certificate import dual_bound
 
     g = dual_bound(p, q, "kl", 0.05, 0.01, 0.5)
     assert math.isfinite(g) and g >= 0.5

@@ -10,9 +10,9 @@ import sympy as sp
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored.certificate import dual_bound
-from mentored.oracle import oracle_solve
-from mentored.testing import KINDS, budgets_for, instance
+from mentored.solver.certificate import dual_bound
+from mentored.check.oracle import oracle_solve
+from mentored.check.testing import KINDS, budgets_for, instance
 
 T = sp.Symbol("t", positive=True)
 CUSTOM = {
@@ -147,7 +147,7 @@ def test_solve_check_runs_certificate_and_oracle(custom, rng, monkeypatch):
         sol = mentored.solve(np.stack([p, q]), np.stack([q, p]), divergence=div, budget=[0.02, 0.1], check=True)
         assert sol.pi.shape == (2, 30)
     # A solver that returns a sub-optimal point is caught.
-    from mentored import _solve
+    from mentored.solver import _solve
 
     real = _solve.finish
 
@@ -157,7 +157,7 @@ def test_solve_check_runs_certificate_and_oracle(custom, rng, monkeypatch):
 
         return dataclasses.replace(sol, pi=0.99 * sol.pi + 0.01 * p)
 
-    monkeypatch.setattr("mentored.backends.host.finish", worse)  # the host backend finishes the solve
+    monkeypatch.setattr(_solve, "finish", worse)  # the solver finishes every backend's solve
     with pytest.raises(RuntimeError, match="certificate"):
         mentored.solve(p, q, divergence="kl", budget=0.05, check=True)
 
@@ -319,7 +319,7 @@ def test_interval_dual_bound_is_an_upper_bound(name, rng):
     P, Q = [v / sum(P) for v in P], [v / sum(Q) for v in Q]
     for lam, mu in ((sol.lam, sol.mu), (0.5 * sol.lam, sol.mu), (sol.lam, sol.mu + 0.01)):
         lam, mu = Fraction(lam), Fraction(mu)
-        upper = mentored.certificate.dual_bound(p, q, name, 0.05, lam, mu, exact=True)
+        upper = mentored.solver.certificate.dual_bound(p, q, name, 0.05, lam, mu, exact=True)
         with mpmath.workdps(60):
             ref = _g_mp(name, P, Q, Fraction(0.05), lam, mu)
             up = mpmath.mpf(upper.numerator) / upper.denominator

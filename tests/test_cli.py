@@ -12,8 +12,8 @@ import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored.__main__ import build_parser, main
-from mentored.testing import instance
+from mentored.demo.cli import build_parser, main
+from mentored.check.testing import instance
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_certify_accepts_the_solution_and_refuses_the_target(rows, capsys):
 
 @pytest.mark.parametrize("div", mentored.BUILTIN_NAMES)
 def test_the_solvers_output_is_certified_exactly(tmp_path, div, capsys):
-    # Rows from mentored.testing; the solver's π, saved and read back, is infeasible by rounding on
+    # Rows from mentored.check.testing; the solver's π, saved and read back, is infeasible by rounding on
     # some of them, and certified through the feasible point within rounding of it.
     rng = np.random.default_rng(7)
     kinds = ("dense", "peaked", "top_k_target", "truncated_draft", "extreme", "ties")

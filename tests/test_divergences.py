@@ -1,6 +1,6 @@
 """Every field of every built-in divergence against its sympy generator, evaluated in 40 digits.
 
-A built-in is one entry of the registry (mentored/divergences.py) plus its C++ generator; these tests
+A built-in is one entry of the registry (mentored/divergences/__init__.py) plus its C++ generator; these tests
 check each derived form, numpy, torch, the core's and the convex program's, against the definition
 f(t) alone, so that a wrong entry, a lost digit or a mirror that drifted fails here.
 """
@@ -247,7 +247,7 @@ def test_convex_program_cost_equals_the_divergence(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_forms_are_the_numpy_forms(name):
     torch = pytest.importorskip("torch", reason="the torch forms need torch (pip install 'mentored[torch]')")
-    from mentored.divergences import _TorchOps
+    from mentored.backends.torch import _TorchOps
 
     spec, ops = mentored.divergence(name).builtin, _TorchOps()
     x = torch.tensor(T)

@@ -143,10 +143,10 @@ def test_torch_backend_never_takes_a_custom_divergence_for_the_builtin_of_its_na
     sp = pytest.importorskip("sympy")
     t = sp.symbols("t", positive=True)
     fake_kl = mentored.Divergence.from_sympy((t - 1) ** 2 / (t + 1), t, name="kl")  # triangular, named "kl"
-    got = mentored.torch_backend._solve(torch.tensor(P[None]), torch.tensor(Q[None]), divergence=fake_kl, budget=0.05)
+    got = mentored.backends.torch._solve(torch.tensor(P[None]), torch.tensor(Q[None]), divergence=fake_kl, budget=0.05)
     np.testing.assert_allclose(got.numpy()[0], mentored.solve(P, Q, divergence=fake_kl, budget=0.05).pi, rtol=0, atol=1e-12)
     # the genuine built-in still runs, and agrees with the core
-    pi = mentored.torch_backend._solve(torch.tensor(P[None]), torch.tensor(Q[None]), divergence="kl", budget=0.05)
+    pi = mentored.backends.torch._solve(torch.tensor(P[None]), torch.tensor(Q[None]), divergence="kl", budget=0.05)
     np.testing.assert_allclose(pi.numpy()[0], mentored.solve(P, Q, divergence="kl", budget=0.05).pi, atol=1e-9)
 
 
@@ -185,8 +185,8 @@ def test_a_core_status_after_validation_is_a_bug_not_bad_input(monkeypatch):
 
 def test_every_entry_point_has_the_one_budget_rule():
     # inf (no bound) taken everywhere; a negative budget refused everywhere with the one message
-    from mentored.hf import mentored_assisted_generation
-    from mentored.serving import Verifier, rejection_sample
+    from mentored.integrations.hf import mentored_assisted_generation
+    from mentored.verify.serving import Verifier, rejection_sample
 
     p, q = np.array([[0.5, 0.3, 0.2]]), np.array([[0.2, 0.3, 0.5]])
     step = (np.stack([p, p], 1), np.array([[0]]), q[None], np.array([[1]]))

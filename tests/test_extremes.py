@@ -26,7 +26,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 import mentored
 from mentored import _core
-from mentored.testing import llm_like
+from mentored.check.testing import llm_like
 
 mpmath.mp.dps = 60
 _TILT = {"kl": 1.0, "reverse_kl": -1.0}

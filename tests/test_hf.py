@@ -1,4 +1,4 @@
-"""mentored.hf.generate end to end on tiny randomly initialised GPT-2 models (no download)."""
+"""mentored.integrations.hf.generate end to end on tiny randomly initialised GPT-2 models (no download)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 transformers = pytest.importorskip("transformers", reason="transformers is optional; the README test command installs it (extra 'test')")
 
-from mentored.hf import generate, sampling_probs  # noqa: E402
+from mentored.integrations.hf import generate, sampling_probs  # noqa: E402
 
 VOCAB = 64
 
@@ -53,17 +53,17 @@ def _record_inputs(model):
 
 def _record_accepted(monkeypatch):
     """Accepted drafts of every round, in order (wraps the verification step generate calls)."""
-    import mentored.hf
+    import mentored.integrations.hf
 
     accepted = []
-    step = mentored.hf.speculative_step
+    step = mentored.integrations.hf.speculative_step
 
     def recording(*args, **kwargs):
         row = step(*args, **kwargs)
         accepted.append(int((row[0] >= 0).sum()) - 1)
         return row
 
-    monkeypatch.setattr(mentored.hf, "speculative_step", recording)
+    monkeypatch.setattr(mentored.integrations.hf, "speculative_step", recording)
     return accepted
 
 
@@ -192,7 +192,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [20, 21, 22, 23], [30], [40, 41, 4
 
 
 def left_padded(prompts, pad=0):
-    from mentored.hf import left_pad
+    from mentored.integrations.hf import left_pad
 
     L = max(map(len, prompts))
     ids = torch.tensor([[pad] * (L - len(p)) + list(p) for p in prompts])
@@ -236,9 +236,9 @@ def test_padded_batch_cache_and_recompute_agree(models, slack, monkeypatch):
     # The per-row crop: after rows accept different numbers of drafts and drop out of the batch, the
     # caches (compacted every round, now and then, or only when a row finishes, holes masked in
     # between) must give the logits of a full recompute, hence the same draws and decisions.
-    import mentored.hf
+    import mentored.integrations.hf
 
-    monkeypatch.setattr(mentored.hf, "_COMPACT_SLACK", slack)
+    monkeypatch.setattr(mentored.integrations.hf, "_COMPACT_SLACK", slack)
     target, draft = models
     ids, mask = left_padded(PROMPTS)
     kw = dict(k=3, divergence="tv", budget=0.6, max_new_tokens=25, seed=3)
@@ -397,7 +397,7 @@ def test_assisted_generation_context_manager(models):
     # on exit transformers' own verifier is back.
     import transformers.generation.utils as gu
 
-    from mentored.hf import mentored_assisted_generation
+    from mentored.integrations.hf import mentored_assisted_generation
 
     target, draft = models
     ids = torch.tensor([[5, 6, 7, 8]])

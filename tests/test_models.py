@@ -1,5 +1,5 @@
 """The shipped transformer pair (mentored/models): checksums, offline loading, sizes, and
-mentored.hf.generate's invariants on it (greedy decoding of a padded batch, the budget-0 law)."""
+mentored.integrations.hf.generate's invariants on it (greedy decoding of a padded batch, the budget-0 law)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 pytest.importorskip("transformers", reason="transformers is optional; the README test command installs it (extra 'test')")
 
-from mentored.hf import MODELS_DIR, generate, load_pair, sampling_probs, verify_checksums  # noqa: E402
+from mentored.integrations.hf import MODELS_DIR, generate, load_pair, sampling_probs, verify_checksums  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -30,7 +30,7 @@ def pair():
 
 @pytest.fixture(scope="module")
 def test_ids():
-    from mentored.textlm import demo_models
+    from mentored.demo.textlm import demo_models
 
     return demo_models(0).test
 
@@ -146,8 +146,8 @@ def test_checksum_lines_as_sha256sum_writes_them(models_copy):
 
 
 def test_pair_sizes_and_tokenizer(pair):
-    from mentored.textlm import demo_models
-    from mentored.train import flops_per_token
+    from mentored.demo.textlm import demo_models
+    from mentored.integrations.train import flops_per_token
 
     assert pair.tokenizer.vocab == demo_models(0).tokenizer.vocab  # the demo's character tokenizer
     t, d = pair.target.config, pair.drafter.config
@@ -161,7 +161,7 @@ def test_pair_sizes_and_tokenizer(pair):
 
 def test_loaded_weights_are_good_on_held_out_text(pair, test_ids):
     # On the first 2,048 test characters: near what results.json records on 20,000, the target ahead.
-    from mentored.train import bits_per_char
+    from mentored.integrations.train import bits_per_char
 
     bt = bits_per_char(pair.target, test_ids, 2048)
     bd = bits_per_char(pair.drafter, test_ids, 2048)
@@ -210,7 +210,7 @@ def test_first_token_law_at_budget_zero_on_the_shipped_pair(pair, test_ids):
 
 @pytest.mark.slow
 def test_loaded_weights_give_the_recorded_bits(pair, test_ids):
-    from mentored.train import bits_per_char
+    from mentored.integrations.train import bits_per_char
 
     for name, model in (("target", pair.target), ("drafter", pair.drafter)):
         assert bits_per_char(model, test_ids, 20000) == pytest.approx(pair.results[name]["test_bits_20000"], abs=1e-4)
@@ -220,8 +220,8 @@ def test_loaded_weights_give_the_recorded_bits(pair, test_ids):
 def test_training_script_is_seeded(tmp_path, monkeypatch):
     # Two short runs of the training script give byte-identical weights (same machine, one thread).
     # The held-out bits are measured on 500 characters, not the whole split: the weights are the point.
-    from mentored import train
-    from mentored.train import main
+    from mentored.integrations import train
+    from mentored.integrations.train import main
 
     bits = train.bits_per_char
     monkeypatch.setattr(train, "bits_per_char", lambda model, text, n: bits(model, text, 500))

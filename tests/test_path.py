@@ -7,8 +7,8 @@ import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored import reference
-from mentored.testing import KINDS, instance, llm_like
+from mentored.check import reference
+from mentored.check.testing import KINDS, instance, llm_like
 
 DIVERGENCES = mentored.BUILTIN_NAMES
 

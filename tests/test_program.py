@@ -1,4 +1,4 @@
-"""A sympy generator compiled to the core's expression program (mentored/_program.py, cpp/mentored/program.hpp):
+"""A sympy generator compiled to the core's expression program (mentored/divergences/program.py, cpp/mentored/program.hpp):
 the same f̃ as SymbolicInfo.f_tilde, the same optimum as the Python callbacks, and the callbacks where the
 code does not translate."""
 
@@ -8,8 +8,9 @@ import sympy as sp
 from sympy.codegen.cfunctions import hypot
 
 import mentored
-from mentored import _core, _program
-from mentored.testing import llm_like
+from mentored import _core
+from mentored.divergences import program as _program
+from mentored.check.testing import llm_like
 
 from test_symbolic import CUSTOM, T
 

@@ -1,24 +1,17 @@
-"""mentored.quality: the boosting identities (theorem 9), the small-budget rates, the quality optimum."""
+"""mentored.analysis.quality: the boosting identities (theorem 9), the small-budget rates, the quality optimum."""
 
 from __future__ import annotations
-
-import doctest
 
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-import mentored.quality as Q
-from mentored.testing import KINDS, budgets_for, instance
+import mentored.analysis.quality as Q
+from mentored.check.testing import KINDS, budgets_for, instance
 
 ALL = mentored.BUILTIN_NAMES
 SMOOTH = tuple(n for n in ALL if mentored.divergence(n).f2_at_1 > 0)  # tv: a kink at 1, no f''(1)
-
-
-def test_doctests():
-    res = doctest.testmod(Q, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert res.attempted >= 6 and res.failed == 0
 
 
 def _truth_on(p, rng):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +44,7 @@ def test_the_two_commands():
     run_sh = (ROOT / "tests" / "run.sh").read_text()
     assert "/^Install and run the main job/" in run_sh and 'bash -c "$main_command --quick"' in run_sh
     assert "bash tests/run.sh" in (ROOT / ".ci" / "run").read_text()
-    assert 'mentored = "mentored.__main__:main"' in (ROOT / "pyproject.toml").read_text()
+    assert 'mentored = "mentored.demo.cli:main"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_python_m_mentored_outside_the_clone(tmp_path):
@@ -77,6 +79,29 @@ def test_import_is_light_and_submodules_are_attributes():
     )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_flat_paths_are_the_moved_modules():
+    """Every earlier flat path (mentored.serving, ...) imports, as the moved module object itself; a
+    name that never was a module is still an AttributeError; `python -m` runs a moved module."""
+    import importlib.util
+
+    import mentored
+
+    for old, new in mentored._MOVED.items():
+        moved = importlib.import_module(f"mentored.{new}")
+        assert importlib.import_module(f"mentored.{old}") is moved and getattr(mentored, old) is moved, old
+        assert moved.__spec__.name == f"mentored.{new}", old  # its own spec, not the alias's
+    from mentored.serving import rejection_sample
+    from mentored.verify.serving import rejection_sample as same
+
+    assert rejection_sample is same
+    with pytest.raises(AttributeError, match="no attribute 'servin'"):
+        mentored.servin
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("mentored.servin")
+    out = subprocess.run([sys.executable, "-P", "-m", "mentored.train", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--target-steps" in out.stdout, out.stderr
 
 
 def test_missing_extras_are_named():

@@ -77,13 +77,13 @@ def _step_batch(seed):
 
 
 def _numpy(seed):
-    from mentored.serving import rejection_sample
+    from mentored.verify.serving import rejection_sample
 
     return rejection_sample(**_batch(seed))
 
 
 def _verifier(seed):
-    from mentored.serving import Verifier
+    from mentored.verify.serving import Verifier
 
     a = _batch(seed)
     if a["draft_probs"] is None or not isinstance(a["divergence"], str) or not np.isscalar(a["budget"]):
@@ -96,7 +96,7 @@ def _verifier(seed):
 def _tensors(seed):
     import torch
 
-    from mentored.serving import rejection_sample
+    from mentored.verify.serving import rejection_sample
 
     a = _batch(seed)
     for key in ("draft_token_ids", "draft_probs", "target_probs", "bonus_token_ids"):
@@ -127,7 +127,7 @@ def _custom(seed):
     import sympy as sp
 
     import mentored
-    from mentored.serving import rejection_sample
+    from mentored.verify.serving import rejection_sample
 
     t = sp.Symbol("t", positive=True)
     divs = [mentored.Divergence.from_sympy((t - 1) ** 2 / (t + 1), t, name="triangular")]

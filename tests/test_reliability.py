@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import mentored
 from mentored import _core, _core_testing
-from mentored.testing import KINDS, instance, llm_like
+from mentored.check.testing import KINDS, instance, llm_like
 
 DIVS = list(mentored.BUILTIN_NAMES)
 FINITE_FINF = [n for n in DIVS if mentored.divergence(n).f_inf < np.inf]
@@ -92,7 +92,7 @@ def adversarial_rows(draw, max_n=40):
 # Denormal p_i under q_i ~ 0.05: q/p overflows (test_path_with_infinite_ratios_terminates and after).
 _OVERFLOWING_RATIOS = (np.array([1e-300] * 10 + [1.0, 1e-38, 0.5] + [5e-324] * 9), np.full(22, 1.0 / 22))
 # neyman_chi2 on a token with p̂_i = 2.7e-310, π_i = 1e-12: D_f(π‖p) ≈ 1e-12 = the budget, but the
-# definition's f(t) = (t − 1)²/t (mentored/divergences.py) overflows at t = π_i/p_i ≈ 4e297 and
+# definition's f(t) = (t − 1)²/t (mentored/divergences/__init__.py) overflows at t = π_i/p_i ≈ 4e297 and
 # measures ∞ (found by hypothesis, randomised). An expected failure until f is written
 # (t − 1)·((t − 1)/t); generators.hpp has the same overflow.
 _NEYMAN_OVERFLOW = (
@@ -502,7 +502,7 @@ def test_ctrl_c_reaches_a_long_verify():
     import threading
     import time
 
-    from mentored.serving import Verifier
+    from mentored.verify.serving import Verifier
 
     rng = np.random.default_rng(0)
     V, T = 131072, 256

@@ -7,8 +7,8 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 import mentored
-from mentored.rules import RULES, audit, output_law
-from mentored.testing import KINDS, instance, llm_like
+from mentored.analysis.rules import RULES, audit, output_law
+from mentored.check.testing import KINDS, instance, llm_like
 
 # Knob values per rule: each exercises both branches of the switching rules on the rows below.
 KNOBS = {

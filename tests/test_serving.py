@@ -1,4 +1,4 @@
-"""mentored.serving.rejection_sample: vLLM v1's semantics at budget 0, the law π at budget > 0, hard
+"""mentored.verify.serving.rejection_sample: vLLM v1's semantics at budget 0, the law π at budget > 0, hard
 zeros, token-only drafters, seeded requests; and speculative_step's zeros= option and messages."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
 import mentored
-from mentored.oracle import oracle_solve
-from mentored.serving import PLACEHOLDER_TOKEN_ID, Verifier, onehot_acceptance, rejection_sample
+from mentored.check.oracle import oracle_solve
+from mentored.verify.serving import PLACEHOLDER_TOKEN_ID, Verifier, onehot_acceptance, rejection_sample
 from mentored.backends.host import solve_pi
 
 torch = pytest.importorskip("torch")
@@ -318,7 +318,7 @@ def test_torch_onehot_equals_numpy(div, rng):
     px = np.concatenate([rng.random(50), [0.0, 1.0, 1e-300]])
     eps = rng.random(px.size) * 0.3
     a_np = onehot_acceptance(px, eps, div)
-    from mentored.torch_backend import _onehot as _onehot_torch
+    from mentored.backends.torch import _onehot as _onehot_torch
 
     a_t = _onehot_torch(torch.as_tensor(px), torch.as_tensor(eps), mentored.divergence(div), "keep").numpy()
     assert_allclose(a_t, a_np, rtol=1e-12, atol=1e-15)
@@ -419,7 +419,7 @@ def test_verifier_is_one_core_call(one_core_call, rng):
     p = rng.dirichlet(np.ones(V), 5)
     q = rng.dirichlet(np.ones(V), 5)
     d = np.array([rng.choice(V, p=r) for r in q])
-    calls = one_core_call(refuse=("mentored.serving.rejection_sample",))
+    calls = one_core_call(refuse=("mentored.verify.serving.rejection_sample",))
     out = ver(d, n, q, p, np.array([[1], [2], [3]]))
     assert out.dtype == np.int32 and out.shape == (3, 4) and calls == ["verify"]
 
@@ -513,7 +513,7 @@ def test_inputs_are_checked():
 
 
 def test_torch_solve_on_denormal_rows():
-    from mentored import torch_backend as tb
+    from mentored.backends import torch as tb
 
     p = torch.tensor([[0.6, 0.4, 1e-310]], dtype=torch.float64)
     q = torch.tensor([[1e-310, 0.5, 0.5]], dtype=torch.float64)
@@ -685,7 +685,7 @@ def _emitters(p, q, div, budget, dtype, **kw):
         )[:, 0].numpy()
 
     def device_step(x, u):  # the torch algorithm that a GPU runs, here on the CPU (no numpy_step)
-        from mentored import torch_backend
+        from mentored.backends import torch as torch_backend
 
         R = x.size
         return torch_backend._step(
@@ -731,7 +731,7 @@ def test_rows_off_one_are_refused_on_every_path(backend):
 
 def test_verifier_checks_sums_in_its_one_core_call(one_core_call):
     p = np.array([[0.5, 0.3, 0.2]])
-    calls = one_core_call(refuse=("mentored.serving.rejection_sample",))
+    calls = one_core_call(refuse=("mentored.verify.serving.rejection_sample",))
     with pytest.raises(ValueError, match="draft_probs rows must sum to 1"):
         Verifier(3, dtype=np.float64)(np.array([0]), [1], 2 * p, p, np.array([[1]]), uniforms=np.array([[0.5, 0.5]]))
     assert calls == ["verify"]

@@ -17,7 +17,7 @@ import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored.testing import instance, llm_like
+from mentored.check.testing import instance, llm_like
 
 # built-ins with f''(1) > 0 (tv has a kink at 1 and no f'')
 DIVS = tuple(n for n in mentored.BUILTIN_NAMES if mentored.divergence(n).f2_at_1 > 0)

@@ -10,9 +10,9 @@ import sympy
 from numpy.testing import assert_allclose, assert_array_equal
 
 import mentored
-from mentored import reference
-from mentored.oracle import oracle_solve
-from mentored.testing import KINDS, budgets_for, instance, llm_like
+from mentored.check import reference
+from mentored.check.oracle import oracle_solve
+from mentored.check.testing import KINDS, budgets_for, instance, llm_like
 
 DIVERGENCES = mentored.BUILTIN_NAMES
 

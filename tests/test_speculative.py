@@ -8,7 +8,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
 import mentored
-from mentored.testing import KINDS, budgets_for, instance
+from mentored.check.testing import KINDS, budgets_for, instance
 
 DIVS = ("tv", "kl", "hellinger")
 
@@ -303,7 +303,7 @@ def test_verify_statuses_name_request_and_position():
 # ---- torch -------------------------------------------------------------------------------------
 
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
-from mentored import torch_backend  # noqa: E402
+from mentored.backends import torch as torch_backend  # noqa: E402
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -352,7 +352,7 @@ def test_cpu_tensors_are_verified_by_the_core(one_core_call, rng):
     p, bonus, q, draft = _batch(rng, 3, 4, 30)
     u = rng.random((3, 4, 2))
     want = mentored.speculative_step(p, bonus, q, draft, divergence="hellinger", budget=0.2, uniforms=u)
-    calls = one_core_call(refuse=("mentored.torch_backend._solve", "mentored.torch_backend._verify"))
+    calls = one_core_call(refuse=("mentored.backends.torch._solve", "mentored.backends.torch._verify"))
     T = torch.from_numpy
     got = mentored.speculative_step(T(p), T(bonus), T(q), T(draft), divergence="hellinger", budget=0.2, uniforms=T(u))
     assert isinstance(got, torch.Tensor) and got.dtype == torch.int64

@@ -1,8 +1,11 @@
 """The package's module structure, read from the sources with ``ast`` (nothing is imported).
 
-- No import cycle among mentored's own modules, lazy imports (inside functions) included: a lazy
-  import hides a cycle from the interpreter, not from the reader, and the order of first use then
-  decides which module half-exists. ``if TYPE_CHECKING:`` blocks are left out (never run).
+- The layer contracts: each sub-package of ``mentored`` (a layer) imports only the layers listed for
+  it in ``LAYERS``, no private module or name crosses from one sub-package into another, and torch is
+  imported only by the torch backend, the integrations and the demo. Lazy imports (inside
+  functions) count: they hide a dependency from the interpreter, not from the reader.
+- No import cycle among mentored's modules, lazy imports included (the order of first use would
+  otherwise decide which module half-exists). ``if TYPE_CHECKING:`` blocks are left out (never run).
 - Every module lists its public names in ``__all__``, and every listed name is defined there.
 """
 
@@ -14,9 +17,40 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mentored"
-MODULES = {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}  # "__init__" is the package itself
+
+
+def _dotted(path: Path) -> str:
+    """A source file's module under mentored: "verify.serving", "divergences" (its __init__), "__init__" (the root)."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_dotted(path): path for path in sorted(PACKAGE.rglob("*.py")) if "models" not in path.relative_to(PACKAGE).parts}
+_PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py" and name != "__init__"}
 _COMPILED = {path.stem for path in PACKAGE.glob("*.pyi")}  # the compiled core (_core), stubs only here
 
+# layer (a sub-package, or a root module) -> the layers it may import. The root's __init__ is the
+# public face; the compiled core (_core) sits under every layer and any may call it.
+LAYERS = {
+    "divergences": set(),
+    "check": {"divergences"},
+    "backends": {"divergences", "check"},
+    "solver": {"divergences", "check", "backends"},
+    "verify": {"divergences", "check", "backends"},  # decoding never needs the solver's face
+    "analysis": {"divergences", "check", "solver"},
+    "integrations": {"divergences", "check", "verify"},
+    "demo": {"__init__", "divergences", "check", "solver", "verify", "integrations"},
+    "__init__": {"divergences", "solver", "verify"},
+    "__main__": {"demo"},
+}
+TORCH_LAYERS = {"integrations", "demo"}  # and the torch backend module itself
+TORCH_MODULES = {"backends.torch"}
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[0]
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -37,43 +71,127 @@ def _walk(node: ast.AST):
         yield from _walk(child)
 
 
-def _targets(node: ast.AST) -> list[str]:
-    """The package's modules that an import statement loads (the package's __init__ as "__init__")."""
+def _package_of(module: str) -> list[str]:
+    """The package a module's relative imports start from, as parts under mentored ([] = the root)."""
+    if module == "__init__" or module in ("__main__", "_core"):
+        return []
+    parts = module.split(".")
+    return parts if module in _PACKAGES else parts[:-1]
+
+
+def _imports(module: str, node: ast.AST) -> list[tuple[str, list[str]]]:
+    """(mentored module loaded, names taken from it) for an import statement in ``module``; the root
+    package as "__init__", a submodule taken by `from pkg import sub` as that submodule."""
     if isinstance(node, ast.Import):
         out = []
         for alias in node.names:
             parts = alias.name.split(".")
             if parts[0] == "mentored":
-                out.append(parts[1] if len(parts) > 1 else "__init__")
+                out.append((".".join(parts[1:]) or "__init__", []))
         return out
-    if isinstance(node, ast.ImportFrom):
-        if node.level == 0:
-            parts = (node.module or "").split(".")
-            if parts[0] != "mentored":
-                return []
-            rest = parts[1:]
-        elif node.level == 1:  # the package is flat: one dot is mentored itself
-            rest = node.module.split(".") if node.module else []
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level == 0:
+        parts = (node.module or "").split(".")
+        if parts[0] != "mentored":
+            return []
+        base = parts[1:]
+    else:
+        pkg = _package_of(module)
+        if node.level - 1 > len(pkg):
+            raise AssertionError(f"{module}: an import {node.level} levels up leaves the package (line {node.lineno})")
+        base = pkg[: len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+    target = ".".join(base) or "__init__"
+    out, names = [], []
+    for alias in node.names:
+        sub = ".".join(base + [alias.name])
+        if sub in MODULES or sub in _COMPILED:
+            out.append((sub, []))
         else:
-            raise AssertionError(f"an import {node.level} levels up in a flat package (line {node.lineno})")
-        if rest:
-            return [rest[0]]
-        # `from . import x`: the submodule x if there is one, else a name of the package's __init__.
-        return [a.name if a.name in MODULES or a.name in _COMPILED else "__init__" for a in node.names]
-    return []
+            names.append(alias.name)
+    if names:
+        out.append((target, names))
+    return out
+
+
+def _targets(node: ast.AST, module: str = "__init__") -> list[str]:
+    return [t for t, _ in _imports(module, node)]
+
+
+def _edges() -> list[tuple[str, str, list[str], int]]:
+    """(importer, imported, names, line) for every import of a mentored module by a mentored module."""
+    out = []
+    for name, path in MODULES.items():
+        for node in _walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            for target, names in _imports(name, node):
+                if target != name:
+                    out.append((name, target, names, node.lineno))
+    return out
 
 
 def _graph() -> dict[str, dict[str, int]]:
     """module -> {imported module: line of the first such import}, for .py modules of the package."""
-    graph: dict[str, dict[str, int]] = {}
-    for name, path in MODULES.items():
-        edges: dict[str, int] = {}
-        for node in _walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            for target in _targets(node):
-                if target in MODULES and target != name:  # the compiled _core is not a source module
-                    edges.setdefault(target, node.lineno)
-        graph[name] = edges
+    graph: dict[str, dict[str, int]] = {name: {} for name in MODULES}
+    for a, b, _, line in _edges():
+        if b in MODULES:  # the compiled _core is not a source module
+            graph[a].setdefault(b, line)
     return graph
+
+
+def _torch_imports() -> list[tuple[str, int]]:
+    out = []
+    for name, path in MODULES.items():
+        for node in _walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            if any(m == "torch" or m.startswith("torch.") for m in mods):
+                out.append((name, node.lineno))
+    return out
+
+
+def _violations(edges, torch_imports) -> list[str]:
+    """Each breach of the layer contracts, as a line naming the file, the line and the rule."""
+    bad = []
+    for a, b, names, line in edges:
+        la, lb = _layer(a), _layer(b)
+        where = f"{MODULES[a].relative_to(PACKAGE.parent) if a in MODULES else a}:{line}"
+        if lb == "_core" or la == lb:
+            continue
+        if lb not in LAYERS.get(la, set()):
+            bad.append(f"{where}: layer {la!r} imports layer {lb!r} ({b}); {la!r} may import only {sorted(LAYERS.get(la, set()))}")
+        private = [part for part in b.split(".") if part.startswith("_") and part not in ("__init__",)]
+        private += [n for n in names if n.startswith("_")]
+        if private:
+            bad.append(f"{where}: private {', '.join(private)} of {b} crosses from layer {lb!r} into {la!r}")
+    for module, line in torch_imports:
+        if module not in TORCH_MODULES and _layer(module) not in TORCH_LAYERS:
+            bad.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line}: torch imported outside the torch backend, the integrations and the demo")
+    return bad
+
+
+def test_the_layer_contracts_hold():
+    bad = _violations(_edges(), _torch_imports())
+    assert not bad, "the layer contracts are broken (tests/test_structure.py, LAYERS):\n" + "\n".join(bad)
+
+
+def test_the_layer_check_sees_each_breach():
+    """The contract check itself, on the real edges plus forbidden ones: the solver importing decoding,
+    the library importing its demo, a lower layer importing a higher one, a private name and a private
+    module crossing a boundary, and torch imported by the solver."""
+    edges = _edges()
+    forbidden = [
+        ("solver._solve", "verify.serving", ["rejection_sample"], 1),
+        ("integrations.hf", "demo.textlm", ["demo_models"], 2),
+        ("check.inputs", "solver", ["solve"], 3),
+        ("verify.serving", "backends.host", ["_given_pi"], 4),
+        ("analysis.rules", "solver._solve", ["solve"], 5),
+    ]
+    bad = _violations(edges + forbidden, _torch_imports() + [("solver._solve", 6)])
+    assert len(bad) == len(forbidden) + 1, bad  # one line each (analysis -> solver is allowed: only _solve breaks it)
+    for needle in ("_solve.py:1: layer 'solver' imports layer 'verify'", "hf.py:2: layer 'integrations' imports layer 'demo'",
+                   "inputs.py:3: layer 'check' imports layer 'solver'", "private _given_pi of backends.host",
+                   "rules.py:5: private _solve of solver._solve", "_solve.py:6: torch imported outside"):
+        assert any(needle in line for line in bad), (needle, bad)
+    assert set(LAYERS) >= {_layer(m) for m in MODULES}, "a layer has no contract in LAYERS"
 
 
 def _components(graph: dict[str, dict[str, int]]) -> list[set[str]]:
@@ -141,16 +259,17 @@ def test_no_import_cycle():
 
 
 def test_the_graph_sees_lazy_and_absolute_imports():
-    """The parser itself: a lazy relative import, an absolute one, and a TYPE_CHECKING block left out."""
+    """The parser itself, from verify/serving.py: a lazy relative import, an absolute one, a submodule
+    taken from its package, two dots up, and a TYPE_CHECKING block left out."""
     src = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from .hf import Pair\n"
-        "def f():\n    from .oracle import oracle_solve\n    import mentored.rules\n    from mentored import reference\n"
-        "from . import solve\n"
+        "if TYPE_CHECKING:\n    from ..integrations.hf import Pair\n"
+        "def f():\n    from ..check.oracle import oracle_solve\n    import mentored.analysis.rules\n    from mentored.check import reference\n"
+        "from .. import solve\nfrom . import decoding\nfrom .. import _core\n"
     )
-    found = [t for node in _walk(ast.parse(src)) for t in _targets(node)]
-    assert found == ["oracle", "rules", "reference", "__init__"]
-    assert [t for node in _walk(ast.parse("from . import _core")) for t in _targets(node)] == ["_core"]
+    found = [t for node in _walk(ast.parse(src)) for t in _targets(node, "verify.serving")]
+    assert found == ["check.oracle", "analysis.rules", "check.reference", "__init__", "verify.decoding", "_core"]
+    assert _targets(ast.parse("from .program import program").body[0], "divergences") == ["divergences.program"]
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -203,10 +322,11 @@ def _all_of(tree: ast.Module):
 def test_every_module_lists_its_public_names(name):
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     listed = _all_of(tree)
-    assert listed is not None, f"mentored/{name}.py has no __all__"
-    assert len(set(listed)) == len(listed), f"mentored/{name}.py: __all__ lists a name twice"
+    where = MODULES[name].relative_to(PACKAGE.parent)
+    assert listed is not None, f"{where} has no __all__"
+    assert len(set(listed)) == len(listed), f"{where}: __all__ lists a name twice"
     missing = sorted(set(listed) - _top_level_names(tree))
-    assert not missing, f"mentored/{name}.py: __all__ lists names it does not define: {missing}"
+    assert not missing, f"{where}: __all__ lists names it does not define: {missing}"
 
 
 def test_the_version_is_written_once():
@@ -305,7 +425,7 @@ def test_the_core_exports_the_enums_of_its_headers():
 
 # The built-in generators: one type each in generators.hpp, named once in its list MENTORED_GENERATORS,
 # which generates the enum, the count, the names and every dispatch; one registry entry each in
-# mentored/divergences.py.
+# mentored/divergences/__init__.py.
 _GENERATORS_HPP = _CPP / "generators.hpp"
 
 
@@ -434,8 +554,8 @@ def test_the_mirror_check_sees_each_form():
 
 # Torch cumulative sums that are not the verification rule's draw, each with its reason.
 _OTHER_CUMSUMS = {
-    "torch_backend._Rows.__init__": "the solve's prefix sums of p and q in ratio order",
-    "vllm_plugin._top_k_top_p_mask": "top-p's cumulative mass",
+    "backends.torch._Rows.__init__": "the solve's prefix sums of p and q in ratio order",
+    "integrations.vllm_plugin._top_k_top_p_mask": "top-p's cumulative mass",
 }
 
 
@@ -467,7 +587,7 @@ def test_the_device_rule_is_written_once():
         module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
         owners |= _cumsum_owners(path.read_text(encoding="utf-8"), module)
     draws = sorted(owners - set(_OTHER_CUMSUMS))
-    assert draws == ["torch_backend._inverse_cdf"], f"torch cumulative sums outside the solve and top-p: {draws}"
+    assert draws == ["backends.torch._inverse_cdf"], f"torch cumulative sums outside the solve and top-p: {draws}"
 
 
 def test_the_cumsum_check_sees_each_form():

@@ -10,9 +10,9 @@ from numpy.testing import assert_allclose
 from scipy.optimize import minimize_scalar
 
 import mentored
-from mentored import reference
-from mentored.symbolic import NumericCheckWarning, Y
-from mentored.testing import KINDS, budgets_for, instance
+from mentored.check import reference
+from mentored.divergences.symbolic import NumericCheckWarning, Y
+from mentored.check.testing import KINDS, budgets_for, instance
 
 T = sp.Symbol("t", positive=True)
 ALPHA = sp.Rational(1, 3)

@@ -10,12 +10,12 @@ import pytest
 from numpy.testing import assert_allclose
 
 import mentored
-from mentored.testing import budgets_for, instance
+from mentored.check.testing import budgets_for, instance
 
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 sp = pytest.importorskip("sympy")
 
-from mentored import torch_backend as tb  # noqa: E402
+from mentored.backends import torch as tb  # noqa: E402
 
 T = sp.symbols("t", positive=True)
 
@@ -213,7 +213,7 @@ def test_speculative_step_returns_tokens_in_the_inputs_kind_and_device(backend, 
 def test_float32_output_is_rounded_toward_p_as_the_core_rounds(rng):
     # Rounded to nearest, π in float32 overshoots small budgets (the float64 π sits on the budget);
     # rounded toward p, as the core does, the documented guarantee holds, and the tokens are the core's.
-    from mentored.testing import llm_like
+    from mentored.check.testing import llm_like
 
     def tilted(div, pi, p):
         d = mentored.divergence(div)
@@ -323,7 +323,7 @@ def test_row_sums_are_correctly_rounded(rng):
 def test_every_device_verification_is_one_function(monkeypatch, rng):
     # speculative_step and rejection_sample (dense, token-only, greedy and placeholder drafts) verify
     # on a device by the one torch rule, torch_backend._verify: once per call, with the core's tokens.
-    import mentored.serving as serving
+    import mentored.verify.serving as serving
 
     calls = []
     verify = tb._verify

@@ -13,8 +13,8 @@ import mentored
 torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from mentored import torch_backend  # noqa: E402
-from mentored.serving import rejection_sample  # noqa: E402
+from mentored.backends import torch as torch_backend  # noqa: E402
+from mentored.verify.serving import rejection_sample  # noqa: E402
 
 
 _VIEWS = {"select", "slice", "unsqueeze", "view", "expand", "as_strided", "t", "transpose", "permute", "squeeze", "alias", "_unsafe_view"}

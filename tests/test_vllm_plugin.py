@@ -16,8 +16,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 torch = pytest.importorskip("torch", reason="the plugin needs torch")
 
-from mentored import vllm_plugin as vp  # noqa: E402
-from mentored.serving import rejection_sample  # noqa: E402
+from mentored.integrations import vllm_plugin as vp  # noqa: E402
+from mentored.verify.serving import rejection_sample  # noqa: E402
 
 
 def _meta(draft, n):
@@ -144,7 +144,7 @@ def test_entry_point_is_declared():
     from pathlib import Path
 
     data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert data["project"]["entry-points"]["vllm.general_plugins"] == {"mentored": "mentored.vllm_plugin:register"}
+    assert data["project"]["entry-points"]["vllm.general_plugins"] == {"mentored": "mentored.integrations.vllm_plugin:register"}
 
 
 # ---------------------------------------------------------------- target probabilities as vLLM computes them

@@ -9,18 +9,18 @@ gives this backend (:class:`HostBackend`); nothing here imports torch.
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
 from .. import _core
-from .._program import program
-from .._solve import check_solution, custom_forms, finish
-from .._validate import (
-    _check_step_inputs, _check_zeros, _floats, _row_error, _step_budgets, _step_uniforms, as_pair, check_sums, pair_arrays, per_row,
+from ..divergences.program import callable_forms, program
+from .protocol import Solved
+from .shared import given_uniforms, onehot_bisection
+from ..check.inputs import (
+    check_step_inputs, check_zeros, floats, row_error, step_budgets, step_uniforms, as_pair, check_sums, pair_arrays, per_row,
     refuse_pair, row_stats, sum_rtol, threads_arg,
 )
-from ..divergences import _NP, Divergence, divergence as _divergence
+from ..divergences import Divergence, divergence as _divergence
 
 __all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi"]
 
@@ -42,11 +42,11 @@ class HostBackend:
     def like(self, out):
         return out if self.views is None else self.views.like(out)
 
-    def solve(self, target, draft, *, out=None, **kw):
-        sol = solve_arrays(self.to_host(target, "target"), self.to_host(draft, "draft"), out=self.to_host(out, "out"), **kw)
+    def solve(self, target, draft, *, out=None, **kw) -> Solved:
+        solved = solve_arrays(self.to_host(target, "target"), self.to_host(draft, "draft"), out=self.to_host(out, "out"), **kw)
         if self.views is None:
-            return sol
-        return dataclasses.replace(sol, pi=out if out is not None else self.like(sol.pi))
+            return solved
+        return solved._replace(pi=out if out is not None else self.like(solved.pi))
 
     def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, seed, uniforms, **kw):
         if self.views is not None:
@@ -96,8 +96,8 @@ def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
-def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
-    """:func:`mentored.solve` on numpy arrays (its checks, then one batched core call)."""
+def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out) -> Solved:
+    """:func:`mentored.solve` on numpy arrays: its checks, then one batched core call."""
     div = _divergence(divergence)
     if (budget is None) == (acceptance is None):
         raise ValueError("give exactly one of budget= and acceptance=")
@@ -128,7 +128,7 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
         pi, res, status, stats = core(p2, q2, compiled, mode, values, nthreads, *rtols, out2)
     else:
-        vec, scalar, f_inf = custom_forms(div)
+        vec, scalar, f_inf = callable_forms(div)
         core = _core.solve_custom_to_float32 if to_float32 else _core.solve_custom
         pi, res, status, stats = core(p2, q2, vec, scalar, f_inf, mode, values, *rtols, out2)
     # A refused row raises its error here, from the core's numbers; normalised float64 rows whose sum
@@ -150,10 +150,8 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
         binding = res[:, 0] < res[:, 5]
     else:
         binding = np.ones(rows, dtype=bool)
-    sol = finish(div, pi.astype(p.dtype, copy=False), res, binding, squeeze)
-    if check:
-        check_solution(sol, p2, q2, div, values if by_budget else res[:, 4], by_budget)
-    return sol
+    return Solved(div, pi.astype(p.dtype, copy=False), res, binding, squeeze,
+                  (p2, q2, values if by_budget else res[:, 4], by_budget) if check else None)
 
 
 # ---------------------------------------------------------------- the speculative step
@@ -161,18 +159,18 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
                 zeros, normalize):
     """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1)."""
-    _check_zeros(zeros)
+    check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
     # Rows are checked by the core as it reads them (one pass across the boundary); those of a
     # divergence it cannot evaluate here, before their π is solved row by row in Python.
-    p, bonus, q, draft = _check_step_inputs(
+    p, bonus, q, draft = check_step_inputs(
         target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, np.asarray, rows=code is None,
         normalize=normalize,
     )
     B, k, V = q.shape
-    budgets = _step_budgets(budget, B, k)
-    u = _step_uniforms(uniforms, seed, B, k)
+    budgets = step_budgets(budget, B, k)
+    u = step_uniforms(uniforms, seed, B, k)
     dtypes = p.dtype, q.dtype
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
     p = np.ascontiguousarray(p, dtype=dtype)
@@ -192,8 +190,8 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
         *(sum_rtol(d, normalize) for d in dtypes),
     )
-    if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and _row_error("", dtypes[0], stats[:3], "", True) is None \
-            and _row_error("", dtypes[1], stats[3:], "", True) is None:
+    if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
+            and row_error("", dtypes[1], stats[3:], "", True) is None:
         # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴, or
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
@@ -234,7 +232,7 @@ def step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtyp
     member = _core.StepStatus(int(status))  # verify returns the int value
     if stats is not None and member in _ROW_STATUSES:
         for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
-            err = _row_error(name, dtype, x, f"row {where(b, j)}", normalize)
+            err = row_error(name, dtype, x, f"row {where(b, j)}", normalize)
             if err is not None:
                 return err
     msg = (ids or {}).get(member) or _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
@@ -254,7 +252,7 @@ def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarra
     sol = solve_arrays(p2, q2, budget=budgets, acceptance=None, **kw)
     pi = sol.pi
     if zeros == "keep" and np.isfinite(div.f_inf):
-        redo = np.flatnonzero(np.isinf(np.atleast_1d(sol.t_hi)))
+        redo = np.flatnonzero(np.isinf(sol.res[:, 2]))  # t_hi
         if redo.size:
             pr, qr = p2[redo], q2[redo]
             zero = pr == 0
@@ -266,9 +264,6 @@ def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarra
     return pi
 
 # ---------------------------------------------------------------- the serving layout
-
-_BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80, as the core's
-
 
 def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
     """π_x of onehot_acceptance for float64 arrays of one length: in the core (speculative.hpp,
@@ -284,41 +279,7 @@ def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) 
         return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
 
     with np.errstate(all="ignore"):
-        return onehot_bisection(_NP, px, eps, div, zeros, term)
-
-
-def onehot_bisection(ops, px, eps, div: Divergence, zeros: str, term):
-    """The bisection of :func:`onehot_acceptance` on an array namespace (numpy or torch): ``term(x, y)``
-    is y·f̃(x/y) for y > 0 there (the divergence's perspective, finite however small y is)."""
-    f_inf = div.f_inf - div.tilt  # f̃∞
-    zero = px <= 0
-    if div.compiled == _core.Generator.tv:
-        a = ops.clamp(px + eps, hi=1.0)
-    elif div.compiled == _core.Generator.chi2:
-        a = ops.clamp(px + ops.sqrt(eps * px * (1.0 - px)), hi=1.0)
-    else:
-        rest = 1.0 - px
-        some = rest > 0
-        pos, rest1 = ops.where(zero, 1.0, px), ops.where(some, rest, 1.0)
-
-        def D(a):
-            # off the target's support a unit of mass costs f̃∞ (0·∞ = 0 where a = 0)
-            t1 = ops.where(zero, ops.where(a > 0, a * f_inf, 0.0), term(a, pos))
-            return t1 + ops.where(some, term(1.0 - a, rest1), 0.0)
-
-        lo, hi = px + 0.0, ops.ones_like(px)
-        top = D(hi) <= eps
-        for _ in range(_BISECT):
-            mid = 0.5 * (lo + hi)
-            good = D(mid) <= eps
-            lo = ops.where(good, mid, lo)
-            hi = ops.where(good, hi, mid)
-        a = ops.where(top, 1.0, lo)
-    a = ops.where(eps <= 0, px, ops.where(a > px, a, px))
-    if zeros == "keep" or not np.isfinite(f_inf):
-        a = ops.where(zero, 0.0, a)
-    return a
-
+        return onehot_bisection(np, px, eps, div, zeros, term)
 
 
 _RNG = np.random.default_rng()  # unseeded requests on numpy input (CPU tensors: torch's global RNG)
@@ -337,18 +298,9 @@ def uniforms_arrays(plan, generators):
         if isinstance(gen, np.random.Generator):
             u[s : s + n] = gen.random((n, 2))
         else:  # a torch.Generator: the torch backend draws from it
-            from ..torch_backend import generator_uniforms
+            from .torch import generator_uniforms
 
             u[s : s + n] = generator_uniforms(gen, n).cpu().numpy()
-    return u
-
-
-def given_uniforms(uniforms, T: int) -> np.ndarray:
-    u = np.ascontiguousarray(uniforms, dtype=np.float64)
-    if u.shape != (T, 2):
-        raise ValueError(f"uniforms must have shape (num_tokens, 2) = ({T}, 2), got {u.shape}")
-    if not bool(((u >= 0) & (u < 1)).all()):
-        raise ValueError("uniforms must lie in [0, 1)")
     return u
 
 
@@ -362,15 +314,15 @@ def _host_ids(x, name: str) -> np.ndarray:
 def _host_rows(x, name: str, plan) -> np.ndarray:
     """Rows (T, V) of host memory as the core takes them: CPU tensors as numpy views of their memory."""
     if type(x) is np.ndarray and x.dtype.char in "fd" and x.dtype.isnative and x.ndim == 2 and x.shape[0] == plan.T:
-        return x  # the usual case, without _floats' checks of names (a dtype's name costs microseconds)
-    a = _floats(x, name)
+        return x  # the usual case, without floats' checks of names (a dtype's name costs microseconds)
+    a = floats(x, name)
     if a.ndim != 2 or a.shape[0] != plan.T:
         raise ValueError(f"{name} must have shape (num_tokens, V) = ({plan.T}, V), got {a.shape}")
     return a
 
 
 def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize):
-    """:func:`mentored.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
+    """:func:`mentored.verify.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
     of the compiled core (``_core.verify``), which checks every row it is given as it reads it."""
     T = plan.T
     draft = _host_ids(draft_token_ids, "draft_token_ids")
@@ -408,7 +360,7 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
 def rescalable(status, stats, dtypes) -> bool:
     """Whether a refusal of normalised rows is only that a float64 sum has no reciprocal (below 2⁻¹⁰²⁴
     or past DBL_MAX): such rows are rescaled, as solve does, and verified again."""
-    return status == _core.StepStatus.bad_value.value and all(_row_error("", d, x, "", True) is None for d, x in zip(dtypes, (stats[:3], stats[3:])))
+    return status == _core.StepStatus.bad_value.value and all(row_error("", d, x, "", True) is None for d, x in zip(dtypes, (stats[:3], stats[3:])))
 
 
 def refusal(status, bad, pos, stats, dtypes, V, div, n, normalize) -> ValueError:

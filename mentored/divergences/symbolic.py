@@ -74,7 +74,7 @@ import sympy as sp
 
 from ._warnings import NumericCheckWarning
 
-__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "analyse"]
+__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "SERIES_RADIUS", "analyse"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds: Divergence.from_sympy returns or refuses within this (see the module docstring)
 
@@ -85,7 +85,7 @@ class SymbolicTimeoutError(ValueError):
 
 Y = sp.Symbol("y", real=True)
 
-_SERIES_RADIUS = 1e-3  # |t − 1| below which the tilted f is summed from its Taylor series
+SERIES_RADIUS = 1e-3  # |t − 1| below which the tilted f is summed from its Taylor series
 _SERIES_ORDER = 8
 
 
@@ -854,7 +854,7 @@ def _compile(facts) -> SymbolicInfo:
             out = np.where(np.isinf(x), np.inf if _finf - _c > 0 else _f(x), out)
             if _series:
                 h = x - 1.0
-                near = np.abs(h) < _SERIES_RADIUS
+                near = np.abs(h) < SERIES_RADIUS
                 if np.any(near):
                     acc = np.zeros_like(h)
                     for a in reversed(_series):
@@ -954,8 +954,8 @@ class _Process:
     """One analysis process, with a thread that reads its messages into a queue."""
 
     def __init__(self):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        code = "import sys; sys.path[:0] = sys.argv[1:]; from mentored.symbolic import _serve; _serve()"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above mentored/
+        code = "import sys; sys.path[:0] = sys.argv[1:]; from mentored.divergences.symbolic import _serve; _serve()"
         # A fixed hash seed: sympy's sets iterate in the same order in every process, so that the
         # same generator takes the same path (and the same step budgets) every time.
         env = dict(os.environ, PYTHONHASHSEED="0")

@@ -5,12 +5,12 @@ verifier :math:`\pi_j` of :math:`\mathrm{MD}(f, \varepsilon)` for that position'
 :math:`p_j` and drafter :math:`q_j` (docs/theory.md §2), so every emitted token has law exactly
 :math:`\pi_j` and each draft is accepted with probability :math:`\sum_i \min(\pi_{j,i}, q_{j,i})`.
 numpy arrays and CPU tensors run in the C++ core (``cpp/mentored/speculative.hpp``, one call), tensors
-on another device in torch (:mod:`mentored.torch_backend`), there (:mod:`mentored.backends`).
+on another device in torch (:mod:`mentored.backends.torch`), there (:mod:`mentored.backends`).
 """
 
 from __future__ import annotations
 
-from .backends import get_backend
+from ..backends import get_backend
 
 __all__ = ["speculative_step"]
 
@@ -78,7 +78,7 @@ def speculative_step(
         ``neyman_chi2``, ``hellinger``, ``js``) may put mass on tokens where the target is 0.
         ``"keep"``: the target's zeros are hard constraints (top-k/top-p, bad words, grammars):
         :math:`\pi_i = 0` wherever :math:`p_i = 0`, the optimum under that constraint
-        (docs/theory.md §8; :func:`mentored.serving.rejection_sample` defaults to it).
+        (docs/theory.md §8; :func:`mentored.verify.serving.rejection_sample` defaults to it).
     normalize : bool
         Take rows with any positive sum as :math:`p/\sum p`, :math:`q/\sum q` (solve, accept test and
         residual alike), as :func:`mentored.solve` does; otherwise every row must sum to 1 within

@@ -29,9 +29,9 @@ otherwise, rounding every bound upward, so that the certificate is a proof (see 
 
 from __future__ import annotations
 
-from ._duality import Certificate, certify_at, dual_bound, inputs
+from ..check.duality import Certificate, certify_at, dual_bound, inputs
 from ._solve import solve
-from .divergences import divergence as _divergence
+from ..divergences import divergence as _divergence
 
 __all__ = ["Certificate", "certify", "dual_bound"]
 

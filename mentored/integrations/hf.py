@@ -26,7 +26,7 @@ pair of models sharing a vocabulary works; nothing is downloaded.
   drafter, target, verification and cache bookkeeping.
 
 :func:`load_pair` loads the character-level transformer pair shipped in ``mentored/models``
-(trained by ``python -m mentored.train``; docs/neural.md), after checking its SHA-256 checksums.
+(trained by ``python -m mentored.integrations.train``; docs/neural.md), after checking its SHA-256 checksums.
 :class:`mentored_assisted_generation` makes transformers' own
 ``model.generate(..., assistant_model=draft, do_sample=True)`` verify with mentored decoding.
 """
@@ -45,15 +45,15 @@ from pathlib import Path, PurePosixPath
 try:
     import torch
 except ImportError as exc:
-    raise ImportError("mentored.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
+    raise ImportError("mentored.integrations.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
 
-from .decoding import DecodeStats, Tally
-from ._validate import per_row
-from .speculative import speculative_step
+from ..verify.decoding import DecodeStats, Tally
+from ..check.inputs import per_row
+from ..verify.speculative import speculative_step
 
 __all__ = ["generate", "GenerateStats", "load_pair", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"  # mentored/models
 
 
 # --------------------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ class Pair:
 
     target: object
     drafter: object
-    tokenizer: object  # mentored.textlm.CharTokenizer, the demo's
+    tokenizer: object  # mentored.demo.textlm.CharTokenizer, the demo's
     results: dict  # training results: sizes, FLOPs per token, held-out bits per character
 
 
@@ -96,7 +96,7 @@ def verify_checksums(directory=None) -> dict:
     directory = Path(directory) if directory is not None else MODELS_DIR
     sums = directory / "SHA256SUMS"
     if not sums.is_file():
-        raise FileNotFoundError(f"no SHA256SUMS in {directory}: the shipped models are missing (retrain: python -m mentored.train)")
+        raise FileNotFoundError(f"no SHA256SUMS in {directory}: the shipped models are missing (retrain: python -m mentored.integrations.train)")
     root = directory.resolve()
     listed = {}
     try:
@@ -176,7 +176,7 @@ def left_pad(prompts, pad_token_id: int = 0):
 @torch.no_grad()
 def probs_along(model, ids, *, context: int | None = None, stride: int | None = None, temperature: float = 1.0):
     """Row ``i``: the model's law of ``ids[i]`` given ``ids[:i]``, float64 numpy ``(len(ids), V)``, as
-    :meth:`mentored.textlm.NgramLM.probs_along` gives it for the n-gram models.
+    :meth:`mentored.demo.textlm.NgramLM.probs_along` gives it for the n-gram models.
 
     Sliding windows of ``context`` tokens (default: the model's positions) advancing by ``stride``
     (default ``context // 2``): each position is predicted from between ``context - stride`` and
@@ -379,7 +379,7 @@ def _max_positions(model):
 
 @dataclass(frozen=True)
 class GenerateStats(DecodeStats):
-    """:class:`mentored.decoding.DecodeStats` pooled over the batch, plus ``rows`` (one
+    """:class:`mentored.verify.decoding.DecodeStats` pooled over the batch, plus ``rows`` (one
     ``DecodeStats`` per row: its ``per_position`` acceptance, ``mean_accepted`` drafts per target
     pass, ``passes_per_token``), ``rounds`` (batched target forward passes) and ``seconds``: wall
     time of the drafter's passes (``draft``), the target's (``target``), the verification and

@@ -1,19 +1,22 @@
 """Input checks shared by every entry point: clear errors before anything reaches the core.
 
-The checks of one speculative step (shapes, ids, rows, budgets, uniforms) are written once for numpy
-arrays and torch tensors alike, so that :mod:`mentored.speculative`, :mod:`mentored.serving` and
-:mod:`mentored.torch_backend` refuse the same inputs with the same messages and tolerances. torch is
-never imported here: tensors are handled through their own methods.
+The checks of one speculative step (shapes, ids, budgets, uniforms) are written once for any array
+kind, so that every backend (:mod:`mentored.backends`) refuses the same inputs with the same messages
+and tolerances; the values of rows on a device are checked there, by the device backend, with the
+tolerances of :func:`sum_rtol`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
-# Used across the package, not public API (the entry points check their own arguments).
-__all__ = ["as_distribution", "as_pair", "check_sums", "pair_arrays", "per_row", "refuse_pair", "row_stats", "sum_rtol", "threads_arg"]
+# Shared by the layers above (not the package's public face: the entry points check their own arguments).
+__all__ = [
+    "as_distribution", "as_pair", "check_step_inputs", "check_sums", "check_zeros", "floats", "pair_arrays", "per_row", "refuse_pair",
+    "row_error", "row_stats", "step_budgets", "step_uniforms", "sum_rtol", "threads_arg",
+]
 
 # Relative tolerance on Σ p = 1 per dtype: a float32 softmax over 256k tokens drifts by ~1e-5.
 _SUM_RTOL = {np.dtype(np.float32): 1e-3, np.dtype(np.float64): 1e-6}
@@ -42,8 +45,8 @@ def _distribution(x, name: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _array(x, name: str) -> np.ndarray:
     """``x`` as a float32/float64 ndarray of shape (n,) or (B, n), not empty; its values unread."""
-    # The usual case first, without the name checks of _floats (a dtype's name costs microseconds).
-    a = x if isinstance(x, np.ndarray) and x.dtype in _FLOATS else _floats(x, name)
+    # The usual case first, without the name checks of floats (a dtype's name costs microseconds).
+    a = x if isinstance(x, np.ndarray) and x.dtype in _FLOATS else floats(x, name)
     if a.ndim not in (1, 2):
         raise ValueError(f"{name} must have shape (n,) or (B, n), got shape {a.shape}")
     if a.size == 0:
@@ -73,7 +76,7 @@ def _logits_hint(sums) -> str:
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _floats(x, name: str) -> np.ndarray:
+def floats(x, name: str) -> np.ndarray:
     """``x`` as a float32/float64 ndarray, or a TypeError that says why not."""
     # Half precision is refused by name before numpy sees it: torch's bfloat16 tensors do not
     # convert at all (numpy has no such type), and a clear message beats numpy's.
@@ -231,30 +234,39 @@ def _rows(idx) -> str:
     return ", ".join(map(str, idx[:8])) + (f", … ({len(idx)} in all)" if len(idx) > 8 else "")
 
 
-# The checks of one speculative step, for numpy arrays and torch tensors alike.
+def _dtype_kind(x) -> str:
+    return x.dtype.kind
+
+
+def _itemsize(x) -> int:
+    return x.dtype.itemsize
+
+
+# The checks of one speculative step, for any array kind.
 
 _ZEROS = ("keep", "continue")
 
 
-def _check_zeros(zeros) -> str:
+def check_zeros(zeros) -> str:
     if zeros not in _ZEROS:
         raise ValueError(f"zeros must be 'keep' or 'continue', got {zeros!r}")
     return zeros
 
 
-def _check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray, rows=True, normalize=False):
-    """Shapes, dtypes and id ranges, the same for numpy and torch (``asarray`` keeps the kind), and
-    unless ``rows`` is False (the core checks them as it solves), the rows' values (their sums
-    unless ``normalize``: then only that each is positive)."""
+def check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, asarray=np.asarray, rows=True,
+                      normalize=False, kind=_dtype_kind, itemsize=_itemsize):
+    """Shapes, dtypes and id ranges of a step's arrays, for any array kind (``asarray`` keeps the kind;
+    ``kind`` gives numpy's dtype kind letter, ``itemsize`` the bytes per entry), and unless ``rows``
+    is False (the core checks them as it solves; a device backend checks them there), the rows'
+    values of numpy arrays (their sums unless ``normalize``: then only that each is positive)."""
     p, bonus, q, draft = (asarray(x) for x in (target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids))
     for name, x in (("target_with_bonus_probs", p), ("draft_probs", q)):
-        kind = _dtype_kind(x)
-        if kind != "f":
+        if kind(x) != "f":
             raise TypeError(f"{name} must hold floats (float32 or float64), got dtype {x.dtype}")
-        if _itemsize(x) < 4:
+        if itemsize(x) < 4:
             raise TypeError(f"{name} has dtype {x.dtype}; cast it to float32 or float64 (half precision is not supported)")
     for name, x in (("bonus_token_ids", bonus), ("draft_token_ids", draft)):
-        if _dtype_kind(x) not in "iu":
+        if kind(x) not in "iu":
             raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
     if q.ndim != 3:
         raise ValueError(f"draft_probs must have shape (B, k, V), got {tuple(q.shape)}")
@@ -292,10 +304,7 @@ def _check_step_rows(x, name: str, per: int, normalize: bool = False) -> None:
     def where(r: int) -> str:
         return f"row (b, j) = ({r // per}, {r % per})"
 
-    if not isinstance(x, np.ndarray):
-        _check_tensor_rows(x, name, where, normalize)
-        return
-    _check_row_values(_floats(x, name), name, where, normalize)
+    _check_row_values(floats(x, name), name, where, normalize)
 
 
 def _check_row_values(a: np.ndarray, name: str, where, normalize: bool = False) -> np.ndarray:
@@ -306,11 +315,11 @@ def _check_row_values(a: np.ndarray, name: str, where, normalize: bool = False) 
     for bad in (np.isnan(sums) | (hi == np.inf) | (lo == -np.inf), lo < 0, off):
         r = np.flatnonzero(bad)
         if r.size:
-            raise _row_error(name, a.dtype, (sums[r[0]], lo[r[0]], hi[r[0]]), where(int(r[0])), normalize)
+            raise row_error(name, a.dtype, (sums[r[0]], lo[r[0]], hi[r[0]]), where(int(r[0])), normalize)
     return sums
 
 
-def _row_error(name: str, dtype, stats, where: str, normalize: bool = False) -> ValueError | None:
+def row_error(name: str, dtype, stats, where: str, normalize: bool = False) -> ValueError | None:
     """The error of one row of a step from its {Σ, min, max} (row_stats; the core's StepError), or
     None if it passes: where says which row. ``normalize``: any positive sum passes."""
     s, lo, hi = (float(x) for x in stats)
@@ -329,63 +338,7 @@ def _row_error(name: str, dtype, stats, where: str, normalize: bool = False) -> 
     return None
 
 
-# _SUM_RTOL keyed by torch's dtype names ("torch.float32"), so that torch need not be imported here.
-_TENSOR_SUM_RTOL = {f"torch.{dtype.name}": rtol for dtype, rtol in _SUM_RTOL.items()}
-
-
-def _check_tensor_rows(x, name: str, index=None, normalize: bool = False):
-    """Finite, nonnegative rows of a torch tensor summing to 1 (relative tolerance per dtype, as
-    numpy's; ``normalize``: to a positive number); host sync. Returns the row sums, float64,
-    flattened to (rows,).
-
-    ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
-    """
-    import torch  # only ever called with a tensor: torch is loaded
-
-    flat = x.reshape(-1, x.shape[-1])
-    rtol = _TENSOR_SUM_RTOL.get(str(flat.dtype), 1e-6)
-    sums = flat.sum(-1, dtype=torch.float64)
-    # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
-    # ±inf (so neither within rtol of 1 nor a finite positive number), and the smallest entry shows
-    # a negative one.
-    fine = ((sums > 0) & (sums < float("inf"))) if normalize else ((sums - 1).abs() <= rtol)
-    if bool(fine.all() & (flat.amin() >= 0)):
-        return sums
-    where = index or (lambda r: f"row {r}")
-    bad = ~flat.isfinite().all(-1)
-    if bool(bad.any()):
-        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad.nonzero()[0, 0]))})")
-    neg = (flat < 0).any(-1)
-    if bool(neg.any()):
-        raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
-    zero = ~(sums > 0)
-    if normalize and bool(zero.any()):
-        raise ValueError(f"{name} has an all-zero row ({where(int(zero.nonzero()[0, 0]))})")
-    off = ~fine
-    if bool(off.any()):
-        r = int(off.nonzero()[0, 0])
-        raise ValueError(
-            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}. "
-            "Pass normalize=True to renormalise."
-        )
-    return sums
-
-
-def _dtype_kind(x) -> str:
-    if isinstance(x, np.ndarray):
-        return x.dtype.kind
-    if x.dtype.is_floating_point:
-        return "f"
-    if x.dtype.is_complex or str(x.dtype) == "torch.bool":
-        return "c"
-    return "i"
-
-
-def _itemsize(x) -> int:
-    return x.dtype.itemsize if isinstance(x, np.ndarray) else x.element_size()
-
-
-def _step_budgets(budget, B: int, k: int) -> np.ndarray:
+def step_budgets(budget, B: int, k: int) -> np.ndarray:
     """The budget broadcast to (B, k), float64, checked by :func:`per_row`'s rule."""
     try:
         b = np.asarray(budget, dtype=np.float64)
@@ -398,7 +351,7 @@ def _step_budgets(budget, B: int, k: int) -> np.ndarray:
     return per_row(b.ravel(), B * k, "budget", where=lambda r: f"at (b, j) = ({r // k}, {r % k})").reshape(B, k)
 
 
-def _step_uniforms(uniforms, seed, B: int, k: int) -> np.ndarray:
+def step_uniforms(uniforms, seed, B: int, k: int) -> np.ndarray:
     """Uniforms (B, k, 2) in [0, 1), given or drawn from ``seed``."""
     if uniforms is None:
         return np.random.default_rng(seed).random((B, k, 2))

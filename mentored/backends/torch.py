@@ -3,7 +3,7 @@ r"""Mentored verification in torch: the solve and the speculative step on any de
 The same mathematics as the C++ core (docs/theory.md §3–4), written with one sort per row, prefix
 sums and a search over :math:`s` vectorised over rows, so that it runs where the logits live (CPU or
 CUDA) without a host round trip. A divergence reaches torch through ``_torch_forms`` alone: a built-in's
-registry entry (mentored/divergences.py: the accurate forms written once for numpy and torch;
+registry entry (mentored/divergences/__init__.py: the accurate forms written once for numpy and torch;
 recognised by identity, never by name), or forms compiled from a
 :meth:`~mentored.Divergence.from_sympy` generator. It is checked against :func:`mentored.solve`
 in the tests. torch is imported lazily by :func:`mentored.speculative_step`; :func:`mentored.solve`
@@ -26,7 +26,7 @@ CPU: a bracket :math:`2^{-72}` of the curve's length). One sort per row, everyth
 device. Written for a GPU; on a CPU each row is sorted by its own 1-D sort (torch's fast path) and
 the (R, V) tables live in a per-thread workspace (no page faults per call): 11.5× the compiled
 core on 8 × 131072 float32 rows with both on one thread, 17× on two (benchmarks/torch_lossless.py
---solve-only). So :func:`mentored.solve` and :func:`mentored.serving.rejection_sample` hand CPU
+--solve-only). So :func:`mentored.solve` and :func:`mentored.verify.serving.rejection_sample` hand CPU
 tensors to the core (docs/serving.md, "The device path"); ``_solve`` runs this algorithm on any
 device, CPU tensors included, for the tests and benchmarks.
 """
@@ -43,17 +43,16 @@ import numpy as np
 try:
     import torch
 except ImportError as exc:
-    raise ImportError("mentored.torch_backend needs torch: pip install 'mentored[torch]'") from exc
+    raise ImportError("mentored.backends.torch needs torch: pip install 'mentored[torch]'") from exc
 
-from . import _core
-from .divergences import _TorchOps, divergence as _divergence
-from ._validate import _check_step_inputs as check_step_inputs  # the step checks shared with numpy
-from ._validate import _check_tensor_rows as check_rows
-from ._validate import _check_zeros as check_zeros
-from ._validate import per_row
-from ._validate import _step_budgets as step_budgets
+from .. import _core
+from ..check.inputs import check_step_inputs, check_zeros, per_row, step_budgets, sum_rtol
+from ..divergences import divergence as _divergence
+from ..divergences.symbolic import SERIES_RADIUS
+from .protocol import Solved
+from .shared import given_uniforms, onehot_bisection
 
-__all__ = ["backend_for", "TorchBackend"]  # the entry points reach this module through mentored.backends.get_backend
+__all__ = ["device_of", "TorchBackend", "CPU_VIEWS"]  # the entry points reach this module through mentored.backends.get_backend
 
 _LN2 = math.log(2.0)
 _INF = math.inf
@@ -80,7 +79,7 @@ def _kl_term(q, p, log_r):
 
 
 def _builtin_forms(div) -> _Forms:
-    """A built-in's torch forms: its registry entry (mentored/divergences.py) on the torch namespace."""
+    """A built-in's torch forms: its registry entry (mentored/divergences/__init__.py) on the torch namespace."""
     spec, ops = div.builtin, _TorchOps()
     fast = _kl_term if div.compiled == _core.Generator.kl else None
     return _Forms(lambda t: spec.f_tilde(ops, t), lambda pi, p: spec.perspective(ops, pi, p), div.f_inf - div.tilt, fast)
@@ -125,7 +124,6 @@ def _compile_custom(div) -> _Forms:
     """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
     import sympy as sp
 
-    from .symbolic import _SERIES_RADIUS
 
     info = div.symbolic
     if info is None:
@@ -143,7 +141,7 @@ def _compile_custom(div) -> _Forms:
     f_inf_tilde = float(info.f_inf) - c
     at0 = f0 + c  # f̃(0) = f(0) + c
     at_inf = _INF if f_inf_tilde > 0 else 0.0
-    radius = _SERIES_RADIUS
+    radius = SERIES_RADIUS
 
     def f_tilde(x: torch.Tensor) -> torch.Tensor:
         inside = (x > 0) & (x < _INF)
@@ -779,7 +777,11 @@ def _step(
     """:func:`mentored.speculative_step` for tensors on a device, by the torch algorithm there, on
     uniforms drawn on that device (:func:`step_uniforms`: a seed gives the same tokens on every device)."""
     check_zeros(zeros)
-    p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor)
+    p, bonus, q, draft = check_step_inputs(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, torch.as_tensor,
+                                           rows=False, kind=_dtype_kind, itemsize=torch.Tensor.element_size)
+    for x, name, per in ((p, "target_with_bonus_probs", p.shape[1]), (q, "draft_probs", q.shape[1])):
+        if x.shape[-1] and per:
+            check_rows(x, name, lambda r, per=per: f"row (b, j) = ({r // per}, {r % per})")
     device = p.device
     B, k, V = q.shape
     budgets = step_budgets(budget, B, k)
@@ -822,15 +824,70 @@ def _as_core_input(x, name: str):
     return x.detach().resolve_conj().resolve_neg().numpy()
 
 
+def check_rows(x, name: str, index=None, normalize: bool = False):
+    """Finite, nonnegative rows of a torch tensor summing to 1 (relative tolerance per dtype, as
+    numpy's; ``normalize``: to a positive number); host sync. Returns the row sums, float64,
+    flattened to (rows,).
+
+    ``index(r)`` names row ``r`` of the flattened (…, V) tensor in the message (default: ``row r``).
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    rtol = sum_rtol(np.float32 if flat.dtype == torch.float32 else np.float64, False)
+    sums = flat.sum(-1, dtype=torch.float64)
+    # The usual case in two passes and one read-back: a NaN or ±inf entry makes its row's sum NaN or
+    # ±inf (so neither within rtol of 1 nor a finite positive number), and the smallest entry shows
+    # a negative one.
+    fine = ((sums > 0) & (sums < float("inf"))) if normalize else ((sums - 1).abs() <= rtol)
+    if bool(fine.all() & (flat.amin() >= 0)):
+        return sums
+    where = index or (lambda r: f"row {r}")
+    bad = ~flat.isfinite().all(-1)
+    if bool(bad.any()):
+        raise ValueError(f"{name} contains NaN or infinite entries ({where(int(bad.nonzero()[0, 0]))})")
+    neg = (flat < 0).any(-1)
+    if bool(neg.any()):
+        raise ValueError(f"{name} has negative entries ({where(int(neg.nonzero()[0, 0]))})")
+    zero = ~(sums > 0)
+    if normalize and bool(zero.any()):
+        raise ValueError(f"{name} has an all-zero row ({where(int(zero.nonzero()[0, 0]))})")
+    off = ~fine
+    if bool(off.any()):
+        r = int(off.nonzero()[0, 0])
+        raise ValueError(
+            f"{name} rows must sum to 1 (relative tolerance {rtol:g} for {flat.dtype}); {where(r)} sums to {float(sums[r])!r}. "
+            "Pass normalize=True to renormalise."
+        )
+    return sums
+
+
+def _dtype_kind(x) -> str:
+    """numpy's dtype kind letter of a tensor ("f", "i", "c" for complex and bool)."""
+    if x.dtype.is_floating_point:
+        return "f"
+    if x.dtype.is_complex or x.dtype == torch.bool:
+        return "c"
+    return "i"
+
+
+class _TorchOps:
+    """The array operations of the built-ins' accurate forms (mentored.divergences), on tensors of any device."""
+
+    where, log, log1p, expm1 = torch.where, torch.log, torch.log1p, torch.expm1
+    sqrt, abs, sign, isinf, xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
+    ones_like = torch.ones_like
+
+    @staticmethod
+    def clamp(x, lo=None, hi=None):
+        return x.clamp(min=lo, max=hi)
+
+
 def _where(x) -> str:
     return f"{x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
 
 
-def _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check):
+def _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check) -> Solved:
     """:func:`mentored.solve` for tensors on a device: the torch algorithm (``_Rows``) there, the
-    Solution's per-row fields read back as numpy."""
-    from ._solve import finish_tensors
-
+    per-row columns read back as numpy."""
     div = _divergence(divergence)
     forms = _torch_forms(div)
     if (budget is None) == (acceptance is None):
@@ -872,8 +929,8 @@ def _solve_on_device(target, draft, divergence, budget, acceptance, normalize, c
     acc = torch.minimum(pi64, q).sum(-1)
     res = torch.stack([s, point.t_lo, point.t_hi, acc, D], -1).cpu().numpy()  # the core's first five columns
     binding = res[:, 0] < rows.s_max("continue").cpu().numpy() if budget is not None else np.ones(R, dtype=bool)
-    certify = (p, q, res[:, 4] if budget is None else values, budget is not None) if check else None
-    return finish_tensors(div, _as_output(pi64, p, target.dtype, forms), res, binding, squeeze, certify)
+    certify = (p.cpu().numpy(), q.cpu().numpy(), res[:, 4] if budget is None else values, budget is not None) if check else None
+    return Solved(div, _as_output(pi64, p, target.dtype, forms), res, binding, squeeze, certify)
 
 
 def _check_normalizable(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -921,7 +978,6 @@ def plan_uniforms(plan, generators, device) -> torch.Tensor:
     return u
 
 
-
 class _CpuViews:
     """How the host backend sees CPU tensors: numpy views of their memory in, tensors out, and
     torch's generators for the uniforms (so that a torch seed gives the tokens it gives on a device)."""
@@ -945,6 +1001,9 @@ class _CpuViews:
     @staticmethod
     def step_uniforms(seed, B, k, like):
         return step_uniforms(seed, B, k, torch.as_tensor(like)).numpy()
+
+
+CPU_VIEWS = _CpuViews()
 
 
 class TorchBackend:
@@ -985,32 +1044,23 @@ class TorchBackend:
                                  normalize)
 
 
-def backend_for(tensors, cpu_solver: str = "core"):
-    """The backend of a call whose array arguments include ``tensors``: the host backend on views of
-    CPU tensors (``cpu_solver = "core"``), this module's device algorithm otherwise."""
-    from .backends.host import HostBackend
-
+def device_of(tensors):
+    """The one device of a call's tensors: None for CPU tensors (the host's), else the first other."""
     devices = {x.device for x in tensors if isinstance(x, torch.Tensor)}
-    if devices <= {torch.device("cpu")} and cpu_solver == "core":
-        return HostBackend(_CpuViews)
-    return TorchBackend(next(iter(devices)))
+    return None if devices <= {torch.device("cpu")} else next(iter(devices - {torch.device("cpu")}))
 
 
 def _onehot(px, eps, div, zeros: str):
     """serving.onehot_acceptance's bisection on tensors (:func:`mentored.backends.host.onehot_bisection`)."""
-    from .backends.host import onehot_bisection
-
-    return onehot_bisection(_TorchOps(), px, eps, div, zeros, _torch_forms(div).perspective)
+    return onehot_bisection(torch, px, eps, div, zeros, _torch_forms(div).perspective)
 
 
 
 
 def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, normalize):
-    """:func:`mentored.serving.rejection_sample` for tensors on a device (or CPU tensors with
+    """:func:`mentored.verify.serving.rejection_sample` for tensors on a device (or CPU tensors with
     ``CPU_SOLVER = "torch"``): each position's acceptance test and its rows at a rejection, then
     :func:`_verify`."""
-    from .backends.host import given_uniforms
-
     B, T = plan.B, plan.T
     p = torch.as_tensor(target_probs)
     device = p.device
@@ -1045,7 +1095,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     else:
         u = plan_uniforms(plan, generators, device) if plan.rnd.size else None
 
-    # Each position's acceptance test, u0·q_x < π_x, and its rows at a rejection (torch_backend._verify):
+    # Each position's acceptance test, u0·q_x < π_x, and its rows at a rejection (backends.torch._verify):
     # greedy positions have π = δ_argmax and q_x = 1, token-only drafts q = δ_x.
     pi_x = torch.zeros(T, dtype=torch.float64, device=device)
     q_x = torch.ones(T, dtype=torch.float64, device=device)

@@ -1,6 +1,6 @@
 r"""Rigorous evaluation of certificates: :math:`D_f` and the dual bound :math:`g(\lambda, \mu)` proved.
 
-The engine of :func:`mentored.certify` and :func:`mentored.certificate.dual_bound` with
+The engine of :func:`mentored.certify` and :func:`mentored.solver.certificate.dual_bound` with
 ``exact=True`` (the guarantees are stated there). A number is a Fraction (exact) or an mpmath
 interval (``ivmpf``, outward rounded, 128 bits); sympy expressions of :math:`f`, a subgradient of
 :math:`f` and :math:`f^*` are compiled into closures that stay in Fractions while the operations are
@@ -336,7 +336,7 @@ def _sympy_exact(div):
     (built-ins and user generators alike: a built-in's analysis starts from its registry source)."""
     import sympy as sp
 
-    from .symbolic import Y
+    from ..divergences.symbolic import Y
 
     info = div.symbolic
     if info is None:
@@ -380,7 +380,7 @@ def _exact_forms(div) -> _Exact:
         pass
     import sympy as sp
 
-    from .symbolic import Y
+    from ..divergences.symbolic import Y
 
     t, f, fp, conj, f0, finf = _sympy_exact(div)
 

@@ -17,12 +17,12 @@ the enum the bindings export as ``_core.Generator`` (whose member the stub ``_co
 Everything else derives from these two:
 
 - the sympy generator ``source`` gives the symbolic analysis (f′, f″, f(1) = 0, convexity, the
-  conjugate; :mod:`mentored.symbolic`), the exact-arithmetic forms of the certificate, and the
+  conjugate; :mod:`mentored.divergences.symbolic`), the exact-arithmetic forms of the certificate, and the
   checks of ``tests/test_divergences.py``, which compare every field below and the core's constants
   with it;
 - the accurate numerical forms (f̃, f̃′, the perspective y·f̃(x/y) and f̃*) are written once against an
   array namespace and serve numpy and torch alike;
-- ``cvxpy`` is the convex program's cost (:mod:`mentored.oracle`).
+- ``cvxpy`` is the convex program's cost (:mod:`mentored.check.oracle`).
 
 The core works with the tilted generator :math:`\tilde f(t) = f(t) - c(t - 1) \ge 0`,
 :math:`c = f'(1)` (a subgradient where f has a kink), which gives the same :math:`D_f` on the
@@ -74,21 +74,6 @@ class _NumpyOps:
         return np.clip(x, lo, hi)
 
 
-class _TorchOps:
-    """The same operations on torch tensors (any device)."""
-
-    def __init__(self):
-        import torch
-
-        self.where, self.log, self.log1p, self.expm1 = torch.where, torch.log, torch.log1p, torch.expm1
-        self.sqrt, self.abs, self.sign, self.isinf, self.xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
-        self.ones_like = torch.ones_like
-
-    @staticmethod
-    def clamp(x, lo=None, hi=None):
-        return x.clamp(min=lo, max=hi)
-
-
 _NP = _NumpyOps()
 
 
@@ -97,7 +82,7 @@ _NP = _NumpyOps()
 
 @dataclass(frozen=True)
 class _Builtin:
-    """One built-in divergence. ``ops`` is an array namespace (:class:`_NumpyOps` or :class:`_TorchOps`).
+    """One built-in divergence. ``ops`` is an array namespace (:class:`_NumpyOps`, or the torch backend's).
 
     source(t)            f(t) as a sympy expression, t positive: the definition.
     perspective(ops, x, y)  y·f̃(x/y) for y > 0, x ≥ 0 (the limit at x = 0): the term of D that the
@@ -107,7 +92,7 @@ class _Builtin:
     conjugate_tilde(ops, y)  f̃*(y) = f*(y + c) − c, ``inf`` outside its domain.
     cvxpy(cp, u, p, outside)  Σ p f(u) + f∞·outside as a DCP expression, equal to it wherever
                          Σ p u + outside = 1 (the oracle's constraint).
-    conjugate            f* as a sympy expression in :data:`mentored.symbolic.Y` where sympy cannot
+    conjugate            f* as a sympy expression in :data:`mentored.divergences.symbolic.Y` where sympy cannot
                          derive it itself (tv's sign), else None.
     """
 
@@ -302,7 +287,7 @@ class Divergence:
 
         Compiled twice: to numpy callables (:attr:`f`, :meth:`f_tilde`, …), and, on the first solve, to
         an expression program that the C++ core evaluates on every thread with no Python in the loop
-        (:attr:`program`, :mod:`mentored._program`): arithmetic, powers, exp/log, sqrt, Abs, sign, Max,
+        (:attr:`program`, :mod:`mentored.divergences.program`): arithmetic, powers, exp/log, sqrt, Abs, sign, Max,
         Min, Piecewise, Heaviside and the trigonometric and hyperbolic functions. A generator using
         anything else keeps the numpy callables, which the core calls back (same answers, slower).
 
@@ -320,14 +305,14 @@ class Divergence:
             Seconds within which the call returns or refuses (5 s); ``None`` waits as long as sympy
             takes. The limit can only refuse: the analysis runs in a process of its own and does not
             depend on the clock, so a generator that is accepted gives the same divergence on any
-            machine, idle or busy (:mod:`mentored.symbolic`).
+            machine, idle or busy (:mod:`mentored.divergences.symbolic`).
 
         Raises
         ------
         ValueError
             Naming the condition that failed and where: ``f(1) = 0``, convexity, finiteness on
             :math:`(0, \infty)`, or limits that neither sympy nor the numeric fallback can determine.
-        mentored.symbolic.SymbolicTimeoutError
+        mentored.divergences.symbolic.SymbolicTimeoutError
             (a ``ValueError``) when the time limit ran out, naming the step it was in.
 
         Warns
@@ -356,7 +341,7 @@ class Divergence:
 
     @cached_property
     def symbolic(self) -> "SymbolicInfo | None":
-        """The analysis of the sympy generator (:class:`mentored.symbolic.SymbolicInfo`), or None."""
+        """The analysis of the sympy generator (:class:`mentored.divergences.symbolic.SymbolicInfo`), or None."""
         if self._info is not None:
             return self._info
         if self.builtin is None:
@@ -372,10 +357,10 @@ class Divergence:
     @property
     def program(self):
         """The expression program (``mentored._core.Program``) the core evaluates :math:`\tilde f` with, for a
-        generator from :meth:`from_sympy` whose code translates (:mod:`mentored._program`); None for a built-in
+        generator from :meth:`from_sympy` whose code translates (:mod:`mentored.divergences.program`); None for a built-in
         (compiled in C++), for one built from callables, and where the code does not translate (the core
         then calls back into :meth:`f_tilde`)."""
-        from ._program import program
+        from .program import program
 
         return program(self)
 
@@ -502,7 +487,7 @@ def _numpy(form, *args, at_inf=None):
 
 
 def _make(spec: _Builtin, generator) -> Divergence:
-    from . import _core
+    from .. import _core
 
     c, f0, f_inf = _core.generator_constants(generator)
     f_inf_tilde = f_inf - c
@@ -523,7 +508,7 @@ def _make(spec: _Builtin, generator) -> Divergence:
 
 
 def _builtins() -> dict[str, Divergence]:
-    from . import _core
+    from .. import _core
 
     members = _core.Generator.__members__
     specs = {spec.name: spec for spec in _REGISTRY}

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _core
-from ._duality import certify_at
-from ._program import program
-from ._validate import as_pair, per_row
-from .divergences import Divergence, divergence as _divergence
+from .. import _core
+from ..check.duality import certify_at
+from ..backends import get_backend
+from ..divergences.program import callable_forms, program
+from ..check.inputs import as_pair, per_row
+from ..divergences import Divergence, divergence as _divergence
 
 __all__ = ["Solution", "solve", "MentoredPath"]
 
@@ -92,30 +93,6 @@ def finish(div, pi, res, binding, squeeze):
     return Solution(pi=pi, name=div.name, **fields)
 
 
-def custom_forms(div: Divergence):
-    """(vectorised f̃, scalar f̃, f̃∞) of a generator without a compiled form (docs/theory.md §1, tilted)."""
-    c = div.tilt
-    f_inf = div.f_inf - c
-
-    def vec(t):
-        return np.ascontiguousarray(div.f_tilde(t), dtype=np.float64)
-
-    def scalar(t):
-        return float(div.f_tilde(np.array([t]))[0])
-
-    return vec, scalar, f_inf
-
-
-def finish_tensors(div, pi, res, binding, squeeze, certify):
-    """The Solution of a solve on a torch device (π a tensor there, ``res`` the core's first five
-    columns as numpy); ``certify = (p, q, budgets, budget_mode)`` for ``check=True``, on host copies."""
-    if certify is not None:
-        p, q, budgets, budget_mode = certify
-        host = finish(div, pi.cpu().numpy().reshape(len(res), -1), res, binding, False)
-        check_solution(host, p.cpu().numpy(), q.cpu().numpy(), div, budgets, budget_mode)
-    return finish(div, pi, res, binding, squeeze)
-
-
 def solve(
     target,
     draft,
@@ -144,7 +121,7 @@ def solve(
     target, draft : array_like, shape (n,) or (B, n)
         Distributions over the vocabulary (float32 or float64; exact zeros are fine). numpy arrays
         or torch tensors: CPU tensors are read in place by the compiled core, tensors on another
-        device are solved there by :mod:`mentored.torch_backend`; ``Solution.pi`` is then a tensor
+        device are solved there by :mod:`mentored.backends.torch`; ``Solution.pi`` is then a tensor
         of the target's dtype on its device.
     divergence : str or Divergence
         One of ``tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js``, or any :class:`Divergence`
@@ -164,7 +141,7 @@ def solve(
         at most 2000 tokens with a budget, compare with the convex-program oracle; raise
         ``RuntimeError`` when a certificate fails. Oracle disagreements within the oracle's own
         tolerance, or where an exact certificate proves optimality, are
-        :class:`~mentored.oracle.OracleDisagreementWarning`\ s.
+        :class:`~mentored.check.oracle.OracleDisagreementWarning`\ s.
     out : numpy.ndarray, optional
         Where to write :math:`\pi`: a writeable C-contiguous array of the target's shape and dtype
         (both inputs of that dtype). A decoding loop that passes the same buffer every step saves
@@ -182,12 +159,16 @@ def solve(
     >>> round(sol.acceptance, 12)  # 1 − TV(p, q) + ε
     0.8
     """
-    from .backends import get_backend
-
-    return get_backend(target, draft).solve(
+    backend = get_backend(target, draft)
+    solved = backend.solve(
         target, draft, divergence=divergence, budget=budget, acceptance=acceptance, threads=threads, normalize=normalize, check=check,
         out=out,
     )
+    div, res, binding = solved.divergence, solved.res, solved.binding
+    if solved.check is not None:  # on the host: a certificate per row, the oracle on small rows
+        pi = np.asarray(backend.to_host(solved.pi)).reshape(len(res), -1)
+        check_solution(finish(div, pi, res, binding, False), *solved.check[:2], div, *solved.check[2:])
+    return finish(div, solved.pi, res, binding, solved.squeeze)
 
 
 _ORACLE_MAX_N = 2000
@@ -200,14 +181,14 @@ def check_solution(sol, p2, q2, div, budgets, budget_mode):
     budget) is a second opinion with its own tolerance: its point is feasible only to its solver's
     accuracy, and at its own divergence D_f(π_o‖p) ≥ ε the optimum is higher. Where it accepts more
     than π by at most what that extra budget buys (or where a certificate proves π optimal), the
-    disagreement is an :class:`~mentored.oracle.OracleDisagreementWarning`; RuntimeError only where
+    disagreement is an :class:`~mentored.check.oracle.OracleDisagreementWarning`; RuntimeError only where
     it exceeds that and no exact certificate proves π optimal. At ε = 0 with f̃ > 0 off t = 1, π = p is
     the only feasible point (docs/theory.md §1), so the oracle is not consulted. Rows the oracle
-    cannot represent (subnormal entries) are skipped with an :class:`~mentored.oracle.OracleSkippedWarning`.
+    cannot represent (subnormal entries) are skipped with an :class:`~mentored.check.oracle.OracleSkippedWarning`.
     """
     import warnings
 
-    from .oracle import OracleDisagreementWarning, OracleSkippedWarning, oracle_skip_reason, oracle_solve
+    from ..check.oracle import OracleDisagreementWarning, OracleSkippedWarning, oracle_skip_reason, oracle_solve
 
     pi2 = np.atleast_2d(sol.pi).astype(np.float64)
     dvals = np.atleast_1d(sol.divergence)
@@ -287,7 +268,7 @@ def _oracle_form_missing(div) -> str | None:
     """Why the oracle cannot state this divergence as a convex program, or None."""
     if div.compiled is not None:
         return None
-    from .oracle import convex_form_error
+    from ..check.oracle import convex_form_error
 
     return convex_form_error(div)
 
@@ -345,7 +326,7 @@ class MentoredPath:
             if compiled is not None:
                 self._tables[div] = (self._core.table_custom(compiled), compiled)
             else:
-                vec, scalar, f_inf = custom_forms(div)
+                vec, scalar, f_inf = callable_forms(div)
                 self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
         return self._tables[div]
 

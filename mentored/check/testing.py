@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .divergences import divergence as _divergence
+from ..divergences import divergence as _divergence
 
 __all__ = ["KINDS", "instance", "llm_like", "budgets_for"]
 

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._solve import MentoredPath, Solution, solve
-from ._validate import as_distribution, as_pair, check_sums
-from .divergences import divergence as _divergence
+from ..solver import MentoredPath, Solution, solve
+from ..check.inputs import as_distribution, as_pair, check_sums
+from ..divergences import divergence as _divergence
 
 __all__ = [
     "log_loss_gain",
@@ -148,7 +148,7 @@ def edge(target, draft, truth):
 
     Examples
     --------
-    >>> from mentored.quality import edge
+    >>> from mentored.analysis.quality import edge
     >>> edge([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.3, 0.3, 0.4])  # U = {2}: 0.4 − 0.2
     0.2
     """
@@ -176,7 +176,7 @@ def clipped_log_ratio(target, draft, *, divergence="kl", budget=None, acceptance
     Examples
     --------
     >>> import numpy as np
-    >>> from mentored.quality import clipped_log_ratio
+    >>> from mentored.analysis.quality import clipped_log_ratio
     >>> h = clipped_log_ratio([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], divergence="tv", budget=0.1)
     >>> np.round(np.exp(h), 12)  # clip(r, 0.8, 1.5)
     array([0.8, 1. , 1.5])
@@ -226,7 +226,7 @@ def log_loss_gain(target, draft, truth, *, divergence="kl", budget=None, accepta
 
     Examples
     --------
-    >>> from mentored.quality import log_loss_gain
+    >>> from mentored.analysis.quality import log_loss_gain
     >>> g = log_loss_gain([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.3, 0.3, 0.4], divergence="tv", budget=0.1)
     >>> round(g, 12)  # 0.3 log 0.8 + 0.4 log 1.5
     0.095242977849
@@ -300,7 +300,7 @@ def small_budget(target, draft, budget, *, divergence="kl", truth=None) -> Small
 
     Examples
     --------
-    >>> from mentored.quality import small_budget
+    >>> from mentored.analysis.quality import small_budget
     >>> sb = small_budget([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 1e-4, divergence="chi2")
     >>> round(sb.acceptance, 12) == round(sb.acceptance_exact, 12)  # chi2: exact before the first breakpoint
     True
@@ -539,7 +539,7 @@ def quality_optimal_budget(target, draft, truth, *, divergence="kl") -> QualityO
 
     Examples
     --------
-    >>> from mentored.quality import quality_optimal_budget
+    >>> from mentored.analysis.quality import quality_optimal_budget
     >>> opt = quality_optimal_budget([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], [0.3, 0.3, 0.4], divergence="tv")
     >>> round(opt.s, 12), round(opt.gain, 6)  # 0.4/(0.2 t_hi) = 0.3/(0.5 t_lo) on the one piece: π = d
     (0.2, 0.124011)

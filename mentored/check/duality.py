@@ -1,8 +1,8 @@
 r"""Weak duality at a given dual point: the float dual function and the certificate it gives.
 
-The mathematics and the public face are in :mod:`mentored.certificate`; this module holds what
+The mathematics and the public face are in :mod:`mentored.solver.certificate`; this module holds what
 :func:`mentored.solve` (``check=True``) needs without the solver itself, which
-:func:`mentored.certify` calls when no dual point is given. The exact mode is :mod:`mentored.exact`.
+:func:`mentored.certify` calls when no dual point is given. The exact mode is :mod:`mentored.check.exact`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .divergences import divergence as _divergence
+from ..divergences import divergence as _divergence
 from .exact import certificate_fields, dual_upper_bound, refuse_nonfinite
 
 __all__ = ["Certificate", "certify_at", "dual_bound", "inputs"]

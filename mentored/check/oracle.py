@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .divergences import divergence as _divergence
+from ..divergences import divergence as _divergence
 
 __all__ = [
     "OracleResult", "oracle_solve", "OracleDisagreementWarning", "OracleSkippedWarning", "oracle_skip_reason",
@@ -238,7 +238,7 @@ def _program(div, p, q, eps, scaling):
             w = cp.Variable(pS.size, nonneg=True)  # the ratio, tied to the masses by an equality
             fu = _sympy_cost(div, w)
         cost = cp.sum(cp.multiply(pS, fu)) + (div.f_inf * outside if z is not None else 0)
-    else:  # a built-in: its registered cost (mentored/divergences.py)
+    else:  # a built-in: its registered cost (mentored/divergences/__init__.py)
         cost = div.builtin.cvxpy(cp, u, pS, outside)
     constraints = [mass == 1, cost <= eps]
     if name is None and scaling != "ratio":

@@ -1,7 +1,7 @@
 r"""A sympy generator compiled to an expression program that the core evaluates (cpp/mentored/program.hpp).
 
 The program is a translation of the numpy code that sympy prints for :math:`f(t)`, the very code
-behind :attr:`SymbolicInfo.f <mentored.symbolic.SymbolicInfo>`: it is parsed (``ast``) and each
+behind :attr:`SymbolicInfo.f <mentored.divergences.symbolic.SymbolicInfo>`: it is parsed (``ast``) and each
 operation becomes an opcode of a postfix program over doubles, in the order Python evaluates it;
 subexpressions free of ``t`` are evaluated here, by Python, as they are at run time. numpy's shortcuts
 for ``x**2``, ``x**0.5`` and ``x**-1`` (a square, a square root, a reciprocal) are kept. The core then
@@ -24,9 +24,9 @@ import weakref
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
-__all__ = ["program", "compile_info", "translate", "source"]
+__all__ = ["program", "callable_forms", "compile_info", "translate", "source"]
 
 _OPS = {name: int(op) for name, op in _core.Op.__members__.items()}
 _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -169,13 +169,13 @@ def _is_select(node) -> bool:
 
 
 def compile_info(info):
-    """The core's program for a :class:`~mentored.symbolic.SymbolicInfo`, or None if its code does not translate."""
-    from .symbolic import _SERIES_RADIUS
+    """The core's program for a :class:`~mentored.divergences.symbolic.SymbolicInfo`, or None if its code does not translate."""
+    from .symbolic import SERIES_RADIUS
 
     try:
         code, name, namespace = source(info)
         ops, values = translate(code, name, namespace)
-        return _core.Program(ops, values, info.f0, info.f_at_inf, info.tilt, info.f_inf, list(info.series), _SERIES_RADIUS)
+        return _core.Program(ops, values, info.f0, info.f_at_inf, info.tilt, info.f_inf, list(info.series), SERIES_RADIUS)
     except (_Untranslatable, SyntaxError, ValueError, TypeError, OverflowError, NameError, ZeroDivisionError, OSError):
         return None
 
@@ -192,3 +192,18 @@ def program(div):
     prog = _PROGRAMS[div] = compile_info(div.symbolic)
     return prog
 
+
+
+def callable_forms(div):
+    """(vectorised f̃, scalar f̃, f̃∞) of a generator the core cannot run as a program, for the core's
+    callback path (docs/theory.md §1, tilted): Python in the loop, the slow way."""
+    c = div.tilt
+    f_inf = div.f_inf - c
+
+    def vec(t):
+        return np.ascontiguousarray(div.f_tilde(t), dtype=np.float64)
+
+    def scalar(t):
+        return float(div.f_tilde(np.array([t]))[0])
+
+    return vec, scalar, f_inf

@@ -1,5 +1,5 @@
 r"""The bookkeeping of a speculative decoding loop, shared by the Hugging Face loop
-(:func:`mentored.hf.generate`) and the n-gram demo (:func:`mentored.textlm.speculative_decode`).
+(:func:`mentored.integrations.hf.generate`) and the n-gram demo (:func:`mentored.demo.textlm.speculative_decode`).
 
 Each verification step drafts :math:`k` tokens from :math:`q` and emits the accepted drafts, then one
 token from :math:`\pi` (the residual at the first rejection, or the bonus after :math:`k`
@@ -31,9 +31,9 @@ class DecodeStats:
     per_position : ndarray (k,)
         Acceptance rate at draft position j among steps that reached j.
     emitted : int
-        Tokens the steps emitted: :func:`mentored.hf.generate` counts exactly the tokens it returns
+        Tokens the steps emitted: :func:`mentored.integrations.hf.generate` counts exactly the tokens it returns
         (a last step cut short counts only its kept drafts, see :meth:`Tally.step`);
-        :func:`mentored.textlm.speculative_decode` counts its last step in full, before truncation
+        :func:`mentored.demo.textlm.speculative_decode` counts its last step in full, before truncation
         to ``new_tokens``.
     verified : int
         Drafts that met the acceptance test (up to and including the first rejection).

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._solve import MentoredPath, solve
-from ._validate import as_pair
-from .divergences import divergence as _divergence
+from ..solver import MentoredPath, solve
+from ..check.inputs import as_pair
+from ..divergences import divergence as _divergence
 
 __all__ = ["RULES", "output_law", "Audit", "audit"]
 
@@ -320,7 +320,7 @@ def output_law(rule: str, target, draft, **params):
     Examples
     --------
     >>> import numpy as np
-    >>> from mentored.rules import output_law
+    >>> from mentored.analysis.rules import output_law
     >>> pi, acc = output_law("interp", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], alpha=0.5)
     >>> np.round(pi, 12).tolist(), round(acc, 12)
     ([0.35, 0.3, 0.35], 0.85)
@@ -418,7 +418,7 @@ def audit(rule: str, target, draft, *, divergence="kl", **params) -> Audit:
 
     Examples
     --------
-    >>> from mentored.rules import audit
+    >>> from mentored.analysis.rules import audit
     >>> a = audit("interp", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5], divergence="tv", alpha=0.5)
     >>> round(a.acceptance_deficit, 12), round(a.divergence_overspent, 12)  # interp is on the tv frontier
     (0.0, 0.0)

@@ -18,12 +18,11 @@ from functools import cached_property
 
 import numpy as np
 
-from ._validate import per_row, sum_rtol, threads_arg
-from .backends import get_backend, is_tensor
-from .backends.host import core_divergence, given_uniforms, onehot_arrays, refusal, rescalable
-from .divergences import Divergence, divergence as _divergence
-from . import _core
-from ._validate import _check_zeros as check_zeros
+from ..check.inputs import check_zeros, per_row, sum_rtol, threads_arg
+from ..backends import get_backend, is_tensor
+from ..backends.host import core_divergence, given_uniforms, onehot_arrays, refusal, rescalable
+from ..divergences import Divergence, divergence as _divergence
+from .. import _core
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
 
@@ -299,7 +298,7 @@ class Verifier:
     Examples
     --------
     >>> import numpy as np
-    >>> from mentored.serving import Verifier
+    >>> from mentored.verify.serving import Verifier
     >>> ver = Verifier(3, divergence="tv", budget=0.4, seed=0)
     >>> p = np.array([[0.6, 0.4, 0.0]]); q = np.array([[0.2, 0.8, 0.0]])
     >>> ver(np.array([1]), [1], q, p, np.array([[0]]), uniforms=np.array([[0.9, 0.5]]))

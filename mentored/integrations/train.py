@@ -1,9 +1,9 @@
-r"""Train the shipped character-level transformer pair: ``python -m mentored.train``.
+r"""Train the shipped character-level transformer pair: ``python -m mentored.integrations.train``.
 
 Both models are GPT-2 causal LMs built from a config (no download), trained on the demo's text and
-split (:func:`mentored.textlm.demo_models` with seed 0: CPython's ``pydoc_data.topics`` and the
+split (:func:`mentored.demo.textlm.demo_models` with seed 0: CPython's ``pydoc_data.topics`` and the
 docstrings of a fixed list of standard-library modules, documents shuffled and split 80/10/10) with
-the demo's :class:`~mentored.textlm.CharTokenizer` (105 characters, id 0 the unknown character).
+the demo's :class:`~mentored.demo.textlm.CharTokenizer` (105 characters, id 0 the unknown character).
 
 * target :math:`p`: 4 layers, width 160, 4 heads, context 256, 900 steps of 16 windows;
 * drafter :math:`q`: 2 layers, width 48, 2 heads, context 256, 2,000 steps (about 17x fewer
@@ -18,7 +18,7 @@ reseeds before it trains, so ``--only target`` and ``--only drafter`` in two pro
 computation as one sequential run; the shipped pair was trained that way. Other CPUs or torch versions round differently, so their
 weights differ slightly; that spread has not been measured.
 
-``python -m mentored.train --out DIR`` writes elsewhere (the default is the package's
+``python -m mentored.integrations.train --out DIR`` writes elsewhere (the default is the package's
 ``mentored/models``); ``--target-steps`` / ``--drafter-steps`` shorten a run.
 """
 
@@ -35,9 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .hf import MODELS_DIR
+
 __all__ = ["main", "train_one", "bits_per_char", "flops_per_token", "gpt2_config"]
 
-MODELS_DIR = Path(__file__).resolve().parent / "models"
 CONTEXT = 256
 
 # name -> (layers, width, heads, steps, batch, peak learning rate)
@@ -205,7 +206,7 @@ def assemble(out: Path, extra: dict) -> dict:
 def main(argv=None) -> int:
     import torch
 
-    ap = argparse.ArgumentParser(prog="python -m mentored.train", description="Train the shipped character-level transformer pair (one CPU thread, seeded).")
+    ap = argparse.ArgumentParser(prog="python -m mentored.integrations.train", description="Train the shipped character-level transformer pair (one CPU thread, seeded).")
     ap.add_argument("--out", type=Path, default=MODELS_DIR, help="output directory (default: the package's mentored/models)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-steps", type=int, default=None)

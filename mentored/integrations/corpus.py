@@ -2,8 +2,8 @@
 
 The documentation CPython ships (:mod:`pydoc_data.topics`) and the docstrings of a fixed list of
 standard-library modules, split 80/10/10 by a seed, and a character tokenizer built on the training
-split. The demo's n-gram models (:mod:`mentored.textlm`) and the shipped transformer pair
-(:mod:`mentored.train`, :func:`mentored.hf.load_pair`) both read it: it sits below them, so that the
+split. The demo's n-gram models (:mod:`mentored.demo.textlm`) and the shipped transformer pair
+(:mod:`mentored.integrations.train`, :func:`mentored.integrations.hf.load_pair`) both read it: it sits below them, so that the
 library never imports its demo.
 """
 

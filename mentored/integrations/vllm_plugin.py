@@ -1,6 +1,6 @@
 r"""A vLLM plugin: mentored verification in the slot of vLLM v1's rejection sampler (docs/serving.md).
 
-Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentored.vllm_plugin:register"``
+Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentored.integrations.vllm_plugin:register"``
 (pyproject.toml). vLLM calls :func:`register` in every process it starts; it swaps vLLM's
 ``RejectionSampler`` for :class:`MentoredRejectionSampler` **only** when the user asked for it:
 
@@ -16,7 +16,7 @@ With neither, :func:`register` does nothing and vLLM verifies losslessly as befo
 
 :class:`MentoredRejectionSampler` computes the target probabilities as vLLM does (temperature per
 request, greedy requests kept greedy, top-k/top-p as masks to 0 before the softmax) and calls
-:func:`mentored.serving.rejection_sample`. It takes both forward signatures vLLM v1 has had:
+:func:`mentored.verify.serving.rejection_sample`. It takes both forward signatures vLLM v1 has had:
 
 - ``forward(metadata, draft_probs, target_logits, bonus_token_ids, sampling_metadata)`` → int32
   ``[B, max_spec_len + 1]`` (vLLM v1 up to 0.10: bonus tokens sampled by the caller);
@@ -43,7 +43,7 @@ from decimal import Decimal, InvalidOperation
 import torch
 import torch.nn as nn
 
-from .serving import rejection_sample
+from ..verify.serving import rejection_sample
 
 __all__ = ["MentoredConfig", "MentoredRejectionSampler", "config_from_env", "compute_target_probs", "register"]
 
@@ -79,15 +79,15 @@ def _budget(value) -> float:
 
 def _divergence(value):
     """A divergence name (or a ``Divergence``), checked: unknown names fail here, at startup."""
-    from .divergences import divergence
+    from ..divergences import divergence
 
     return divergence(value).name if isinstance(value, str) else divergence(value)
 
 
 def _zeros(value) -> str:
-    from ._validate import _check_zeros
+    from ..check.inputs import check_zeros
 
-    return _check_zeros(value)
+    return check_zeros(value)
 
 
 _CHECKS = dict(divergence=_divergence, budget=_budget, zeros=_zeros)

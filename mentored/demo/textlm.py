@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .corpus import CharTokenizer, corpus, splits
+from ..integrations.corpus import CharTokenizer, corpus, splits
 
 __all__ = ["CharTokenizer", "NgramLM", "DemoModels", "demo_models", "corpus", "speculative_decode"]
 
@@ -141,8 +141,8 @@ def speculative_decode(drafter, target, prompts, *, new_tokens=64, k=4, divergen
     calls :func:`mentored.speculative_step`; ``budget=0`` is lossless speculative sampling.
     ``progress`` (optional) is called with the number of tokens generated in the step.
     """
-    from .decoding import DecodeStats, Tally
-    from .speculative import speculative_step
+    from ..verify.decoding import DecodeStats, Tally
+    from ..verify.speculative import speculative_step
 
     rng = np.random.default_rng(seed)
     ctx = [list(map(int, pr)) for pr in prompts]
