@@ -86,7 +86,7 @@ def _time_all(fns, calls, warm=5):
     return {name: t[:, j] * 1e6 for j, name in enumerate(names)}
 
 
-_COMPILED = ("solve", "speculative_step", "row_stats", "verify")
+_COMPILED = ("solve", "row_stats", "verify", "onehot")
 
 
 def _python_share(fn, calls):
@@ -164,11 +164,11 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
         n64, u2 = np.asarray(n, dtype=np.int64), u.reshape(T, 2)
 
         def raw():  # the compiled calls a Verifier step makes: solve, then accept/residual
-            _core.solve(p, q, code, 0, eps, 1, None, out)
+            _core.solve(p, q, code, 0, eps, 1, out=out)
             _core.verify(p, q, draft, n64, bonus, u2, eps, [None], pi=pi, keep=True, threads=1, int32=True)  # π given
 
         fns = {
-            "core (threads=1)": lambda: _core.solve(p, q, code, 0, eps, 1, None, out),
+            "core (threads=1)": lambda: _core.solve(p, q, code, 0, eps, 1, out=out),
             "core solve + step (threads=1)": raw,
             "core verify (threads=1)": lambda: _core.verify(p, q, draft, n64, bonus, u2, eps, [int(code)], keep=True, threads=1, int32=True),
             "solve (default threads)": lambda: mentored.solve(p, q, divergence=div, budget=budget),

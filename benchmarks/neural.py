@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import mentored
+import mentored.integrations.hf
 from mentored.analysis import quality as Q
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,14 +33,22 @@ def is_tensor(x) -> bool:
     return x is not None and type(x).__module__.startswith("torch")
 
 
+def _host() -> Backend:
+    global _HOST
+    if _HOST is None:
+        from .host import HOST as _HOST
+    return _HOST
+
+
+_HOST = None
+
+
 def get_backend(*arrays) -> Backend:
     """The backend for a call's arrays (None entries ignored): host for numpy input, and for CPU
     tensors while :data:`CPU_SOLVER` is ``"core"``; the torch device backend otherwise."""
     tensors = [x for x in arrays if is_tensor(x)]
     if not tensors:
-        from .host import HOST
-
-        return HOST
+        return _host()
     from .torch import CPU_VIEWS, TorchBackend, device_of
 
     device = device_of(tensors)

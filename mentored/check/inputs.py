@@ -194,6 +194,8 @@ def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: st
     The one rule for budgets (and acceptances, with ``upper=1``) at every entry point: a float64 ≥ 0,
     ``inf`` allowed (no bound). ``unit`` (e.g. ``"request"``) names what the rows are, in the shape
     message and as the place of a bad value ("... for request 3"); ``where(r)`` names row r instead."""
+    if type(value) in (float, int) and 0 <= value <= (np.inf if upper is None else upper):  # the common case, fast
+        return np.full(rows, float(value))
     try:
         v = np.asarray(value.tolist() if hasattr(value, "tolist") else value, dtype=np.float64)
     except (TypeError, ValueError):
