@@ -877,3 +877,47 @@ def test_every_host_verification_is_one_core_call(one_core_call, rng, zeros):
         Q = rng.dirichlet(np.ones(V), (2, k))
         mentored.speculative_step(P, np.array([[0], [1]]), Q, rng.integers(0, V, (2, k)), divergence="js", budget=0.2, seed=0, zeros=zeros)
         assert calls == ["verify"]
+
+
+# ---------------------------------------------------------------- rows that are not distributions, validation off
+
+
+def _bad_rows_case(kind, V=8):
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(V), 4).astype(np.float32)
+    q = rng.dirichlet(np.ones(V), 4).astype(np.float32)
+    row = {"nan": np.full(V, np.nan), "inf": np.full(V, np.inf), "zero": np.zeros(V), "negative": -p[0],
+           "one_inf": np.where(np.arange(V) == 5, np.inf, np.nan), "off_sum": 3 * p[0]}[kind]
+    p[1] = row  # request 0, position 1; request 1 (rows 2, 3) is fine
+    want = {"nan": 0, "inf": 0, "zero": 0, "negative": int(np.argmax(-p[0])), "one_inf": 5, "off_sum": int(np.argmax(row))}[kind]
+    return p, q, want
+
+
+@pytest.mark.parametrize("kind", ["nan", "inf", "zero", "negative", "one_inf", "off_sum"])
+def test_validation_off_decides_a_bad_row_on_every_path(kind):
+    """validate=False: the position of a row that is not a distribution rejects its draft and emits the
+    row's first largest entry (NaN lowest), the same id on numpy, CPU tensors (the core) and the torch
+    algorithm; the other request is decided as if alone. validate=True refuses the row."""
+    import mentored.backends as backends
+
+    p, q, want = _bad_rows_case(kind)
+    draft, n, bonus = np.array([int(np.argmax(p[0])), 2, 3, 4]), [2, 2], np.array([[6], [7]])
+    u = np.full((4, 2), 0.5)
+    u[0, 0] = 1e-12  # position 0 accepts its draft (the target's argmax): position 1 is reached
+    for dense in (True, False):
+        for greedy in (False, True):
+            kw = dict(divergence="kl", budget=0.1, uniforms=u, is_greedy=np.array([greedy, greedy]))
+            alone = rejection_sample(draft[2:], [2], q[2:] if dense else None, p[2:], bonus[1:], **dict(kw, uniforms=u[2:], is_greedy=kw["is_greedy"][1:]))
+            outs = [rejection_sample(draft, n, q if dense else None, p, bonus, validate=False, **kw)]
+            t = [torch.as_tensor(x) for x in (draft, q, p, bonus)]
+            outs.append(rejection_sample(t[0], n, t[1] if dense else None, t[2], t[3], validate=False, **kw).numpy())
+            try:
+                backends.CPU_SOLVER = "torch"  # the device algorithm, on the CPU
+                outs.append(rejection_sample(t[0], n, t[1] if dense else None, t[2], t[3], validate=False, **kw).numpy())
+            finally:
+                backends.CPU_SOLVER = "core"
+            for out in outs:
+                assert out[0, 0] == draft[0] and out[0, 1] == want and out[0, 2] == -1, (dense, greedy, out)
+                assert_array_equal(out[1], alone[0])
+            with pytest.raises(ValueError, match="target_probs"):
+                rejection_sample(draft, n, q if dense else None, p, bonus, **kw)

@@ -8,6 +8,7 @@ so that the suite runs without vLLM. ``test_against_vllm_classes`` runs where vL
 from __future__ import annotations
 
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -296,3 +297,217 @@ def _real_sampling_metadata(B, V):
 
         kw["logitsprocs"] = LogitsProcessors()
     return SamplingMetadata(**{k: v for k, v in kw.items() if k in fields})
+
+
+# ---------------------------------------------------------------- both runners, fail closed (vLLM duck-typed)
+
+
+def _fake_vllm(monkeypatch, runner_first: bool):
+    """vLLM's two rejection-sampler modules and the runners that import their names, as modules with
+    the constructors of vLLM 0.33.0 (v1: (sampler, spec_config=None, device=None); v2: (sampler,
+    spec_config, device, *, watermark_key=None)). ``runner_first``: the v2 runner imported its name
+    before register() runs."""
+    import sys
+    import types
+
+    class V1(torch.nn.Module):
+        def __init__(self, sampler, spec_config=None, device=None):
+            super().__init__()
+            self.sampler = sampler
+
+    class V2:
+        def __init__(self, sampler, spec_config, device, *, watermark_key=None):
+            self.sampler, self.num_speculative_steps = sampler, spec_config.num_speculative_tokens
+
+    mods = {}
+    for name in ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.worker", "vllm.v1.worker.gpu", "vllm.v1.worker.gpu.spec_decode"):
+        mods[name] = types.ModuleType(name)
+    mods["vllm.v1.sample.rejection_sampler"] = types.SimpleNamespace(RejectionSampler=V1)
+    mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"] = types.SimpleNamespace(RejectionSampler=V2)
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    runner = types.SimpleNamespace(RejectionSampler=V2)
+    if runner_first:
+        monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu.model_runner", runner)
+    return V1, V2, runner, mods
+
+
+@pytest.mark.parametrize("runner_first", [True, False])
+def test_register_swaps_both_runners_samplers(monkeypatch, runner_first):
+    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    V1, V2, runner, mods = _fake_vllm(monkeypatch, runner_first)
+    vp.register()
+    vp.register()  # idempotent
+    v1 = mods["vllm.v1.sample.rejection_sampler"].RejectionSampler
+    v2 = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler
+    assert issubclass(v1, V1) and v1 is not V1 and issubclass(v2, V2) and v2 is not V2
+    assert v1.__bases__[-1] is V1 and v2.__bases__ == (V2,)
+    if runner_first:  # the runner's own name is the v2 class, never the v1 one (which it would call with watermark_key=)
+        assert runner.RejectionSampler is v2
+    spec = SimpleNamespace(num_speculative_tokens=3, rejection_sample_method="standard", enable_adaptive_verification=False)
+    built = v2(object(), spec, torch.device("cpu"), watermark_key=None)  # as the v2 runner builds it
+    assert built.mentored_config.divergence == "kl" and built.mentored_config.budget == 0.1
+
+
+@pytest.mark.parametrize("method", ["synthetic", "block", "fly"])
+def test_another_rejection_method_refuses_to_start(monkeypatch, method):
+    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    _, _, _, mods = _fake_vllm(monkeypatch, True)
+    vp.register()
+    spec = SimpleNamespace(num_speculative_tokens=2, rejection_sample_method=method, enable_adaptive_verification=False)
+    for module, args in (("vllm.v1.worker.gpu.spec_decode.rejection_sampler", (object(), spec, torch.device("cpu"))),
+                         ("vllm.v1.sample.rejection_sampler", (object(), spec, None))):
+        with pytest.raises(vp.MentoredRefusal, match=f"rejection_sample_method='{method}'.*'standard'"):
+            mods[module].RejectionSampler(*args)
+    ok = SimpleNamespace(num_speculative_tokens=2, rejection_sample_method="standard", enable_adaptive_verification=False)
+    with pytest.raises(vp.MentoredRefusal, match="watermark"):
+        mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler(object(), ok, torch.device("cpu"), watermark_key=7)
+    adaptive = SimpleNamespace(num_speculative_tokens=2, rejection_sample_method="standard", enable_adaptive_verification=True)
+    with pytest.raises(vp.MentoredRefusal, match="adaptive"):
+        mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler(object(), adaptive, torch.device("cpu"))
+
+
+def test_register_refuses_a_vllm_without_a_known_sampler(monkeypatch):
+    import sys
+
+    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    for name in ("vllm.v1.sample.rejection_sampler", "vllm.v1.worker.gpu.spec_decode.rejection_sampler"):
+        monkeypatch.setitem(sys.modules, name, None)  # import fails
+    with pytest.raises(vp.MentoredRefusal, match="neither rejection sampler"):
+        vp.register()
+
+
+def _v2_batch(rng, n, V, *, greedy=(), dense=True, seeds=None):
+    """Inputs of verify_logits for requests with n[r] drafts (request-state index r + 2, to read through idx_mapping)."""
+    B = len(n)
+    cu = np.concatenate([[0], np.cumsum(np.asarray(n) + 1)])
+    L = int(cu[-1])
+    logits = torch.as_tensor(rng.normal(size=(L, V)) * 2, dtype=torch.float32)
+    draft_logits = torch.as_tensor(rng.normal(size=(B + 2, max(n + [1]), V)) * 2, dtype=torch.float32) if dense else None
+    draft_sampled = torch.as_tensor(rng.integers(0, V, L))
+    temp = torch.ones(B + 2)
+    for r in greedy:
+        temp[r + 2] = 0.0
+    seed = torch.as_tensor(seeds if seeds is not None else rng.integers(0, 2**62, B + 2))
+    return dict(logits=logits, draft_logits=draft_logits, draft_sampled=draft_sampled, cu_num_logits=torch.as_tensor(cu),
+                pos=torch.arange(L) + 5, idx_mapping=torch.arange(B) + 2, temperature=temp, seeds=seed, num_speculative_steps=max(n + [1]))
+
+
+def _vllm_v2_rule(b, u):
+    """vLLM 0.33.0's standard rule (v1/worker/gpu/spec_decode/rejection_sampler_utils.py, _rejection_kernel),
+    ported to Python with explicit uniforms: accept a random request's draft iff log p(x) > log u0 + log q(x)
+    (q = δ_x without draft logits), a greedy one's iff x = argmax p; a placeholder stops a random request.
+    At the first rejection the residual (p − q)+ (p without x for token-only drafts) is drawn, here by its
+    inverse CDF at u1 (vLLM: Gumbel-max, the same law); all accepted: the bonus row's draw."""
+    cu = b["cu_num_logits"].tolist()
+    out = []
+    for r in range(len(cu) - 1):
+        s, e = cu[r], cu[r + 1]
+        state = int(b["idx_mapping"][r])
+        temp = float(b["temperature"][state])
+        row = []
+        for i in range(e - s - 1):
+            x = int(b["draft_sampled"][s + i + 1])
+            p = torch.softmax(b["logits"][s + i].double(), -1)
+            if b["draft_logits"] is not None:
+                q = torch.softmax(b["draft_logits"][state, i].double() / (temp if temp > 0 else 1.0), -1)
+            else:
+                q = torch.nn.functional.one_hot(torch.tensor(max(x, 0)), p.numel()).double()
+            u0, u1 = (float(v) for v in u[s + i])
+            if temp == 0:
+                if x >= 0 and int(p.argmax()) == x:
+                    row.append(x)
+                    continue
+                row.append(int(p.argmax()))
+                break
+            if x >= 0 and math.log(p[x]) > math.log(u0) + math.log(q[x]):
+                row.append(x)
+                continue
+            res = (p - q).clamp(min=0) if x >= 0 else p
+            cdf = res.cumsum(0)
+            row.append(int(torch.searchsorted(cdf, u1 * cdf[-1], right=True).clamp(max=p.numel() - 1)))
+            break
+        else:
+            pb = torch.softmax(b["logits"][e - 1].double(), -1)
+            cdf = pb.cumsum(0)
+            ub = float(u[e - 1][1])
+            row.append(int(pb.argmax()) if temp == 0 else int(torch.searchsorted(cdf, ub * cdf[-1], right=True).clamp(max=pb.numel() - 1)))
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_v2_layout_at_budget_zero_is_vllms_rule(rng, dense):
+    """Budget 0, given the same uniforms: every accept/reject decision, and each emitted token, as vLLM's rule."""
+    cfg = vp.MentoredConfig("kl", 0.0)
+    for trial in range(40):
+        n = list(rng.integers(0, 4, 3))
+        b = _v2_batch(rng, n, 12, greedy=[1] if trial % 2 else [], dense=dense)
+        if trial % 5 == 0 and sum(n):  # a placeholder
+            b["draft_sampled"][1 + int(np.argmax(n))] = -1
+        if dense and trial % 3 == 0:  # make acceptances likely: the drafter near the target
+            for r, state in enumerate(b["idx_mapping"].tolist()):
+                s = int(b["cu_num_logits"][r])
+                for i in range(n[r]):
+                    b["draft_logits"][state, i] = b["logits"][s + i] + 0.1 * torch.randn(12)
+                    b["draft_sampled"][s + i + 1] = int(b["logits"][s + i].argmax())
+        u = rng.random((sum(n) + len(n), 2)) * 0.999 + 1e-4  # one pair per logits row
+        sampled, num = vp.verify_logits(**b, config=cfg, uniforms=u)
+        want = _vllm_v2_rule(b, u)
+        assert [sampled[r, : int(num[r])].tolist() for r in range(len(n))] == want, (trial, n)
+
+
+def test_v2_layout_emits_pi_and_accepts_greedy_drafts_at_m_star(rng):
+    """Budget > 0: the first position's token has law π (dense drafts); a token-only draft is accepted
+    with probability π_x = m*(p_x, ε); a token the runner masked (logit −inf) is never emitted."""
+    from scipy import stats
+
+    import mentored
+    from mentored.verify.serving import onehot_acceptance
+
+    V, N = 6, 6000
+    cfg = vp.MentoredConfig("kl", 0.2)
+    base = _v2_batch(rng, [1], V, seeds=[0, 0, 0])
+    base["logits"][0, 5] = -torch.inf  # top-k removed token 5 at the first position
+    p = torch.softmax(base["logits"][0].double(), -1).numpy()
+    q = torch.softmax(base["draft_logits"][2, 0].double(), -1).numpy()
+    pi = mentored.solve(p, q, divergence="kl", budget=0.2).pi
+    pi[5] = 0.0  # zeros="keep": π has no mass where p has none
+    pi /= pi.sum()
+    counts = np.zeros(V)
+    for i in range(N):
+        base["seeds"] = torch.tensor([0, 0, i])
+        base["draft_sampled"][1] = int(rng.choice(V, p=q))  # the draft drawn from q
+        sampled, num = vp.verify_logits(**base, config=cfg)
+        counts[int(sampled[0, 0])] += 1
+    assert counts[5] == 0
+    assert stats.chisquare(counts[:5], N * pi[:5] / pi[:5].sum()).pvalue > 1e-4
+    # token-only drafts (vLLM's draft_sample_method="greedy"): acceptance m*(p_x, ε)
+    tok = dict(base, draft_logits=None)
+    tok["draft_sampled"] = base["draft_sampled"].clone()
+    tok["draft_sampled"][1] = 2
+    a = float(onehot_acceptance(np.array([p[2]]), 0.2, divergence="kl")[0])
+    hits = 0
+    for i in range(N):
+        tok["seeds"] = torch.tensor([0, 0, i])
+        sampled, num = vp.verify_logits(**tok, config=cfg)
+        hits += int(num[0]) == 2
+    assert abs(hits / N - a) < 4 * math.sqrt(a * (1 - a) / N) + 1e-9, (hits / N, a)
+
+
+@pytest.mark.parametrize("fill", [math.nan, math.inf, -math.inf])
+def test_v2_layout_gives_ids_in_range_for_rows_without_a_law(rng, fill):
+    """vLLM's own v2 test (test_all_nan_target_logits_in_range) asks this of all-NaN logits: every id
+    in [0, V), on dense and token-only drafts, greedy and random requests."""
+    V = 10
+    for dense in (True, False):
+        b = _v2_batch(rng, [3, 2], V, greedy=[1], dense=dense)
+        b["logits"][:] = fill
+        sampled, num = vp.verify_logits(**b, config=vp.MentoredConfig("kl", 0.1))
+        assert bool((num >= 1).all())
+        for r in range(2):
+            got = sampled[r, : int(num[r])]
+            assert bool(((got >= 0) & (got < V)).all()), (dense, fill, sampled)

@@ -216,9 +216,24 @@ struct StepError {
 };
 
 // The tolerances on the sums of a step's target and draft rows (RowCheck; ∞: no check).
+// lenient: a position whose rows fail their check is decided instead of refused (serving with
+// validation off: a NaN from a model must not stop an engine): its draft is rejected and it emits
+// the first largest entry of its target row (NaN read as the lowest; 0 when the row has no number),
+// an id in [0, V). Rows no decision reads are not checked then.
 struct StepCheck {
   double rtol_p = kInf, rtol_q = kInf;
+  bool lenient = false;
 };
+
+// The first index of the largest entry of a row, NaN read as the lowest; 0 when the row has no number.
+template <class T>
+std::int64_t largest_entry(const T* row, std::size_t V) {
+  std::int64_t best = 0;
+  bool found = false;
+  for (std::size_t i = 0; i < V; ++i)
+    if (row[i] == row[i] && (!found || row[i] > row[best])) best = static_cast<std::int64_t>(i), found = true;
+  return best;
+}
 
 // A failed row's error: its status at position j, with the numbers of its rows.
 inline StepError step_error(Status st, std::size_t j, const double* stats_p, const double* stats_q) {
@@ -290,6 +305,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
   };
   // The rows from `from` on that no decision reads, then the bonus position's target row.
   const auto check_rest = [&](std::size_t from) -> StepError {
+    if (check.lenient) return {};
     for (std::size_t l = from; l < n; ++l) {
       const StepError e = check_rows(l);
       if (e.status != StepStatus::ok) return e;
@@ -307,9 +323,15 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
     const double* uj = u + 2 * j;
     std::int64_t y = x;
     bool accepted;
+    // A failed row: refused, or in lenient mode decided (rejected, the target's largest entry).
+    const auto failed = [&](const StepError& e) -> StepError {
+      if (!check.lenient) return e;
+      out[j] = static_cast<O>(largest_entry(pj, V));
+      return {};
+    };
     if (greedy || x < 0 || !qj) {
       const StepError e = check_rows(j);
-      if (e.status != StepStatus::ok) return e;
+      if (e.status != StepStatus::ok) return failed(e);
       if (greedy) {
         y = argmax(pj, V);
         accepted = x == y;
@@ -330,12 +352,12 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
       const T* pi = scratch;
       if constexpr (std::is_same_v<F, GivenF>) {
         const StepError e = check_rows(j);
-        if (e.status != StepStatus::ok) return e;
+        if (e.status != StepStatus::ok) return failed(e);
         pi = st.pi + (s + j) * V;
       } else {
         const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch,
                                         RowCheck{check.rtol_p, check.rtol_q, stats});
-        if (c != Status::ok) return step_error(c, j, stats, stats + 3);
+        if (c != Status::ok) return failed(step_error(c, j, stats, stats + 3));
       }
       // stats[3] = Σq as the solve (or the check) read it: 1/Σq is the very scale π answers.
       y = decide(pi, qj, x, uj, V, 1.0 / stats[3], accepted);

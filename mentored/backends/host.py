@@ -72,7 +72,7 @@ class HostBackend:
             u = uniforms_arrays(plan, generators)
         args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
-        return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize))
+        return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
 
 
 HOST = HostBackend()
@@ -198,7 +198,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
                            zeros=zeros, normalize=True)
     if bad >= 0:
-        raise step_error(status, bad, pos, V, div, lambda b, j: f"(b, j) = ({b}, {j})", stats, dtypes, normalize)
+        raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
     return out
 
 
@@ -232,7 +232,7 @@ def step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtyp
     member = _core.StepStatus(int(status))  # verify returns the int value
     if stats is not None and member in _ROW_STATUSES:
         for name, dtype, x in zip(names, dtypes, (stats[:3], stats[3:])):
-            err = row_error(name, dtype, x, f"row {where(b, j)}", normalize)
+            err = row_error(name, dtype, x, where(b, j), normalize)
             if err is not None:
                 return err
     msg = (ids or {}).get(member) or _STEP_STATUS.get(member, "core failure (status {status}) at {where}")
@@ -321,9 +321,10 @@ def _host_rows(x, name: str, plan) -> np.ndarray:
     return a
 
 
-def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize):
+def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize, lenient=False):
     """:func:`mentored.verify.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
-    of the compiled core (``_core.verify``), which checks every row it is given as it reads it."""
+    of the compiled core (``_core.verify``), which checks every row it is given as it reads it
+    (``lenient``, validation off: a position whose rows fail is decided there, not refused)."""
     T = plan.T
     draft = _host_ids(draft_token_ids, "draft_token_ids")
     bonus = _host_ids(bonus_token_ids, "bonus_token_ids")
@@ -344,14 +345,14 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
         pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
     out, bad, status, pos, stats = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
-        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize),
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):
             # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or
             # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
             p, q = (x if x is None else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
-            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True)
+            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True, lenient)
         raise refusal(status, bad, pos, stats, dtypes, p.shape[1], plan.divs[0 if plan.which is None else int(plan.which[bad])], plan.n,
                       normalize)
     return out

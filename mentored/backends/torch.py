@@ -707,7 +707,7 @@ class _Chains(NamedTuple):
 
 
 def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, chains: _Chains,
-            rows: Callable[[torch.Tensor], tuple]) -> torch.Tensor:
+            rows: Callable[[torch.Tensor], tuple], failed: tuple | None = None) -> torch.Tensor:
     r"""The accept / first-rejection / residual / bonus rule of ``cpp/mentored/speculative.hpp``, in
     torch: every device verification (:func:`speculative_step`, ``serving.rejection_sample``) is this.
 
@@ -721,7 +721,8 @@ def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch
     positions t (one per request), with :math:`(\pi - q)_+` the residual up to a factor. Greedy
     requests are the rule with :math:`\pi = p = \delta_{\arg\max p}`; token-only drafts with
     :math:`q = \delta_x` (π off x is proportional to p). int32 (B, K + 1), −1 where nothing is
-    emitted; no host synchronisation.
+    emitted; no host synchronisation. ``failed = (bad, token)`` (validation off): positions whose rows
+    are not distributions reject their draft and emit ``token`` there, as the core's lenient mode.
     """
     n, K, T = chains.n, chains.K, draft.shape[0]
     B, device = n.shape[0], bonus.device
@@ -730,6 +731,8 @@ def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch
         return out
     if K:
         accept = (draft >= 0) & (u[:, 0] * q_x < pi_x)
+        if failed is not None:
+            accept &= ~failed[0]
         acc_pad = torch.ones((B, K), dtype=torch.bool, device=device)
         acc_pad[chains.req, chains.pos] = accept
         rej = ~acc_pad
@@ -749,7 +752,10 @@ def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch
         ts = (chains.starts + torch.minimum(jstar, (n - 1).clamp(min=0))).clamp(max=T - 1)
         pi, q, p = rows(ts)
         w = torch.where((draft[ts] < 0)[:, None], p, (pi - q).clamp(min=0))
-        token = torch.where(has_rej, _inverse_cdf(w, u[ts, 1], pi), bonus)
+        drawn = _inverse_cdf(w, u[ts, 1], pi)
+        if failed is not None:
+            drawn = torch.where(failed[0][ts], failed[1][ts], drawn)
+        token = torch.where(has_rej, drawn, bonus)
     out.scatter_(1, jstar[:, None], token[:, None].to(torch.int32))
     return out
 
@@ -1169,7 +1175,23 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     if u is None:  # greedy requests only: their test and token do not read u
         u = torch.zeros((T, 2), dtype=torch.float64, device=device)
     chains = _Chains.of(plan.n, plan.starts, plan.req, plan.pos, device)
-    return _verify(pi_x, q_x, u, draft, bonus, chains, rows)
+    return _verify(pi_x, q_x, u, draft, bonus, chains, rows, None if validate or not T else _failed_rows(p, q, normalize))
+
+
+def _failed_rows(p: torch.Tensor, q: torch.Tensor | None, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bad [T], token [T]) without validation: positions whose target or draft row is not a
+    distribution (within the sum tolerance of its dtype unless ``normalize``), and the first largest
+    entry of each target row, NaN read as the lowest (0 for a row without a number): the core's
+    lenient rule (cpp/mentored/speculative.hpp, StepCheck), on the device, no synchronisation."""
+    bad = torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
+    for x in (p, q):
+        if x is None:
+            continue
+        s = x.to(torch.float64).sum(-1)
+        rtol = sum_rtol(np.float32 if x.dtype == torch.float32 else np.float64, normalize)
+        ok = x.isfinite().all(-1) & (x >= 0).all(-1) & (s > 0) & ((s - 1).abs() <= rtol)
+        bad |= ~ok
+    return bad, p.masked_fill(p.isnan(), -torch.inf).argmax(-1)
 
 
 def _normalized_tensor(x, name: str):

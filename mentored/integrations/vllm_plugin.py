@@ -45,7 +45,10 @@ import torch.nn as nn
 
 from ..verify.serving import rejection_sample
 
-__all__ = ["MentoredConfig", "MentoredRejectionSampler", "config_from_env", "compute_target_probs", "register"]
+__all__ = [
+    "MentoredConfig", "MentoredRefusal", "MentoredRejectionSampler", "check_engine", "config_from_env", "compute_target_probs", "register",
+    "verify_logits",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -269,12 +272,15 @@ def _make_class(base):
         """vLLM's rejection sampler with mentored verification (divergence and budget from ``config``)."""
 
         def __init__(self, *args, config: MentoredConfig | None = None, **kwargs):
+            spec_config = kwargs.get("spec_config", args[1] if len(args) > 1 else None)
+            check_engine(spec_config)
             if base is nn.Module:
                 nn.Module.__init__(self)
                 self.sampler = kwargs.get("sampler", args[0] if args else None)
             else:
                 base.__init__(self, *args, **kwargs)
             self.mentored_config = config or config_from_env() or MentoredConfig()
+            logger.info("mentored: vLLM's v1 rejection sampler verifies with %r", self.mentored_config)
 
         def forward(self, metadata, draft_probs, target_logits, bonus_token_ids=None, sampling_metadata=None, **_):
             if sampling_metadata is None and hasattr(bonus_token_ids, "temperature"):
@@ -306,24 +312,160 @@ def _make_class(base):
 MentoredRejectionSampler = _make_class(nn.Module)  # importable without vLLM; register() builds it on vLLM's class
 
 
-def register() -> None:
-    """The ``vllm.general_plugins`` hook: swap vLLM's rejection sampler when ``MENTORED_*`` asks for it.
+# ---------------------------------------------------------------- the v2 model runner
 
+
+class MentoredRefusal(RuntimeError):
+    """The engine's configuration would bypass or alter mentored verification: it refuses to start."""
+
+
+def check_engine(spec_config, *, watermark_key=None) -> None:
+    """Refuse (MentoredRefusal) any setting under which the sampler would not verify with mentored's
+    rule: a ``rejection_sample_method`` other than ``standard`` (synthetic, block, fly), adaptive
+    verification, or watermarking. Called when vLLM builds the sampler, so the engine does not start."""
+    method = getattr(spec_config, "rejection_sample_method", "standard") if spec_config is not None else "standard"
+    fix = "unset MENTORED_DIVERGENCE/MENTORED_BUDGET (or MENTORED_CONFIG) to use it without mentored"
+    if method != "standard":
+        raise MentoredRefusal(f"mentored verification replaces the rejection rule, and rejection_sample_method={method!r} "
+                              f"selects another one: set rejection_sample_method='standard', or {fix}")
+    if getattr(spec_config, "enable_adaptive_verification", False):
+        raise MentoredRefusal(f"mentored verification does not support enable_adaptive_verification=True: turn it off, or {fix}")
+    if watermark_key is not None:
+        raise MentoredRefusal(f"mentored verification does not support watermarked sampling (watermark_config): remove it, or {fix}")
+
+
+def _mix(seed: int, pos: int) -> int:
+    """A torch seed from a request's seed and the position of its first verified row (splitmix64):
+    a request's draws depend on nothing else in the batch."""
+    x = (seed * 0x9E3779B97F4A7C15 + pos + 1) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF
+
+
+def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, temperature, seeds, num_speculative_steps,
+                  config: MentoredConfig, uniforms=None):
+    r"""Mentored verification in the layout of vLLM's v2 model runner (``RejectionSampler._verify``).
+
+    Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1``: row ``start + i``
+    (``i < n_r``, ``n_r`` = rows − 1) is the target at the position of the draft
+    ``draft_sampled[start + i + 1]`` (−1: a placeholder, always rejected), the last row the bonus
+    position. ``logits`` are the runner's processed logits (penalties, temperature, min-p, top-k/top-p
+    applied: a masked token has probability 0, never emitted with ``zeros="keep"``); ``draft_logits``
+    [max_num_reqs, num_speculative_steps, V'] (or None: token-only drafts, vLLM's
+    ``draft_sample_method="greedy"``) are taken before temperature, as vLLM takes them. A request
+    with temperature 0 is greedy (accept while the draft is the target's argmax).
+
+    Randomness: per request, a torch generator seeded from its seed and the position of its first
+    row draws a pair of uniforms per row (``uniforms`` [num_logits, 2] instead, for tests): ``u0``
+    decides a draft, ``u1`` draws the token at the first rejection, or at the bonus row. At
+    ``budget=0`` the decisions are those of standard speculative sampling given these uniforms.
+
+    Returns ``(sampled [num_reqs, num_speculative_steps + 1] int64, num_sampled [num_reqs] int32)``:
+    the accepted drafts, then the token at the first rejection or the bonus token; ``num_sampled``
+    counts them (accepted + 1).
+    """
+    device = logits.device
+    cu = [int(c) for c in cu_num_logits.tolist()]
+    B = len(cu) - 1
+    states = idx_mapping.to(device, torch.int64)
+    temps = temperature.to(device)[states].to(torch.float32)
+    greedy = (temps == 0).cpu()
+    V = logits.shape[-1] if draft_logits is None else min(logits.shape[-1], draft_logits.shape[-1])
+    # Every row of a request is a position, its bonus row last with a placeholder draft (−1): always
+    # rejected, so it draws the bonus token from its target row at its u1 (the argmax if greedy),
+    # by the one decision rule, only when every draft before it was accepted.
+    n = [cu[r + 1] - cu[r] for r in range(B)]
+    L = cu[-1]
+    last = torch.zeros(L, dtype=torch.bool, device=device)
+    last[torch.as_tensor(cu[1:], dtype=torch.int64, device=device) - 1] = True
+    draft_ids = torch.where(last, -1, draft_sampled.to(device).roll(-1)[:L].to(torch.int64))
+    target = torch.softmax(logits[:, :V].to(torch.float32), dim=-1)
+    q = None
+    if draft_logits is not None:
+        req = torch.repeat_interleave(torch.arange(B, device=device), torch.as_tensor(n, device=device))
+        step = torch.arange(L, device=device) - torch.as_tensor(cu[:-1], device=device)[req]
+        scale = torch.where(temps > 0, temps, torch.ones_like(temps))[req]
+        drafted = draft_logits.to(device)[states[req], step.clamp(max=draft_logits.shape[1] - 1), :V].to(torch.float32)
+        q = torch.where(last[:, None], target, torch.softmax(drafted / scale[:, None], dim=-1))  # the bonus row's q is never read
+    if uniforms is None:
+        seed_list = seeds.to(device)[states].tolist()
+        first = pos.to(device)[torch.as_tensor(cu[:-1], dtype=torch.int64, device=device)].tolist() if B else []
+        u = torch.empty((L, 2), dtype=torch.float64)
+        for r in range(B):
+            g = torch.Generator().manual_seed(_mix(int(seed_list[r]), int(first[r])))
+            u[cu[r] : cu[r + 1]] = torch.rand((n[r], 2), generator=g, dtype=torch.float64)
+    else:
+        u = torch.as_tensor(uniforms, dtype=torch.float64).reshape(L, 2)
+    out = rejection_sample(draft_ids, n, q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
+                           budget=config.budget, is_greedy=greedy.numpy(), uniforms=u.to(device), zeros=config.zeros, validate=False)
+    out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
+    sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
+    sampled[:, : out.shape[1]] = out
+    return sampled, (sampled >= 0).sum(-1).to(torch.int32)
+
+
+def _make_v2_class(base):
+    class MentoredRejectionSamplerV2(base):
+        """vLLM's v2 model runner's rejection sampler with mentored verification: vLLM's chunking,
+        logprobs and accounting, and :func:`verify_logits` in place of its rejection kernels."""
+
+        def __init__(self, sampler, spec_config, device, *, watermark_key=None, config: MentoredConfig | None = None):
+            check_engine(spec_config, watermark_key=watermark_key)
+            base.__init__(self, sampler, spec_config, device, watermark_key=watermark_key)
+            self.mentored_config = config or config_from_env() or MentoredConfig()
+            logger.info("mentored: vLLM's v2 rejection sampler verifies with %r", self.mentored_config)
+
+        def _verify(self, logits, draft_logits, draft_sampled, pos, cu_num_logits, idx_mapping, idx_mapping_np, expanded_idx_mapping,
+                    expanded_local_pos, seq_lens_upper_bound_np, verify_draft_sampled):
+            processed = self.sampler.apply_sampling_params(logits, expanded_idx_mapping, idx_mapping, idx_mapping_np, pos, draft_sampled,
+                                                           expanded_local_pos, seq_lens_upper_bound_np)
+            states = self.sampler.sampling_states
+            sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu_num_logits, pos, idx_mapping,
+                                                 states.temperature.gpu, states.seeds.gpu, self.num_speculative_steps, self.mentored_config)
+            return processed, sampled, num_sampled
+
+    return MentoredRejectionSamplerV2
+
+
+# (module, attribute) of each rejection sampler vLLM builds, and the modules that import its name.
+_V1 = ("vllm.v1.sample.rejection_sampler", ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.tpu_model_runner"))
+_V2 = ("vllm.v1.worker.gpu.spec_decode.rejection_sampler", ("vllm.v1.worker.gpu.model_runner",))
+
+
+def _swap(module_name: str, importers, make) -> bool:
+    """Replace ``RejectionSampler`` of ``module_name`` (imported here) and of the importers already loaded."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return False  # this vLLM has no such runner
+    if not getattr(module.RejectionSampler, "_mentored", False):
+        cls = make(module.RejectionSampler)
+        cls._mentored = True
+        module.RejectionSampler = cls
+    for name in importers:
+        m = sys.modules.get(name)
+        if m is not None and hasattr(m, "RejectionSampler"):
+            m.RejectionSampler = module.RejectionSampler
+    return True
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` hook: swap vLLM's rejection samplers when ``MENTORED_*`` asks for it.
+
+    Both model runners: the v1 runner's sampler (:class:`MentoredRejectionSampler`) and the v2
+    runner's (``MentoredRejectionSamplerV2``, vLLM's default since 0.3x), each in its own module and in
+    the runner modules already imported, whatever the import order. A setting under which either would
+    not verify with mentored's rule makes the engine refuse to start (:func:`check_engine`).
     Idempotent (vLLM calls it once per process, possibly more). Does nothing without configuration.
     """
     cfg = config_from_env()
     if cfg is None:
         return
-    import vllm.v1.sample.rejection_sampler as rs
-
-    if getattr(rs.RejectionSampler, "_mentored", False):
-        return
-    cls = _make_class(rs.RejectionSampler)
-    cls._mentored = True
-    rs.RejectionSampler = cls
-    # model runners that imported the name already
-    for mod in ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner", "vllm.v1.worker.tpu_model_runner"):
-        m = sys.modules.get(mod)
-        if m is not None and hasattr(m, "RejectionSampler"):
-            m.RejectionSampler = cls
-    logger.info("mentored: vLLM's rejection sampler verifies with %r", cfg)
+    done = [name for name, importers, make in ((_V1[0], _V1[1], _make_class), (_V2[0], _V2[1], _make_v2_class)) if _swap(name, importers, make)]
+    if not done:
+        raise MentoredRefusal(f"mentored verification was asked for ({cfg}) but this vLLM has neither rejection sampler it knows "
+                              f"({_V1[0]}, {_V2[0]}): unset MENTORED_* or use a tested vLLM (docs/serving.md)")
+    logger.info("mentored: rejection samplers of %s verify with %r", ", ".join(done), cfg)

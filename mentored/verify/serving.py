@@ -252,9 +252,13 @@ def rejection_sample(
         Core threads over rows (numpy input; CPU tensors with dense ``draft_probs``, whose rows
         the core solves: :data:`mentored.backends.CPU_SOLVER`).
     validate : bool
-        Check shapes, ids and that rows are distributions (torch: a few host synchronisations).
-        Without it, numpy rows are still checked by the solve (entries and sums, the rows it
-        solves); torch rows are not checked, and are read normalised.
+        Check shapes, ids and that rows are distributions, and refuse a row that is not one
+        (torch: a few host synchronisations). Without it (serving, where a NaN from a model must not
+        stop the engine), a position whose target or draft row is not a distribution (NaN, ±inf,
+        negative entries, an all-zero row, a sum off by more than the tolerance) is decided, on
+        every path: its draft is rejected and it emits the first largest entry of its target row
+        (NaN read as the lowest; token 0 when the row has no number), an id in ``[0, V)`` as vLLM's
+        v2 sampler requires of all-NaN rows. Ids out of range are refused either way.
     normalize : bool
         Take rows with any positive sum as :math:`p/\sum p` and :math:`q/\sum q`, as
         :func:`mentored.solve` does; otherwise each row must sum to 1 within the tolerance of its
