@@ -322,6 +322,19 @@ def test_torch_onehot_equals_numpy(div, rng):
 
     a_t = _onehot_torch(torch.as_tensor(px), torch.as_tensor(eps), mentored.divergence(div), "keep").numpy()
     assert_allclose(a_t, a_np, rtol=1e-12, atol=1e-15)
+    # the public function on tensors: the core on CPU tensors (the same bits), torch's bisection on a device
+    got = onehot_acceptance(torch.as_tensor(px, dtype=torch.float32), eps, div)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+    assert_allclose(got.numpy(), onehot_acceptance(px.astype(np.float32), eps, div), rtol=0, atol=0)
+    import mentored.backends as backends
+
+    try:
+        backends.CPU_SOLVER = "torch"
+        assert_allclose(onehot_acceptance(torch.as_tensor(px), torch.as_tensor(eps), div).numpy(), a_np, rtol=1e-12, atol=1e-15)
+    finally:
+        backends.CPU_SOLVER = "core"
+    with pytest.raises(ValueError, match="budget must be nonnegative"):
+        onehot_acceptance(torch.as_tensor(px), -0.1, div)
 
 
 # ---------------------------------------------------------------- seeds, per request and divergence

@@ -74,6 +74,12 @@ class HostBackend:
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
         return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
 
+    def onehot(self, p_x, budget, divergence, zeros):
+        px, eps = (np.asarray(self.to_host(x, name), dtype=np.float64) for x, name in ((p_x, "p_x"), (budget, "budget")))
+        px, eps = np.broadcast_arrays(px, eps)
+        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros).reshape(px.shape)
+        return out if self.views is None else self.like(out)
+
 
 HOST = HostBackend()
 

@@ -1049,6 +1049,12 @@ class TorchBackend:
         return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
                                  normalize)
 
+    def onehot(self, p_x, budget, divergence, zeros):
+        px = torch.as_tensor(p_x, device=self.device).to(torch.float64)
+        eps = torch.as_tensor(budget, dtype=torch.float64, device=self.device)
+        px, eps = torch.broadcast_tensors(px, eps)
+        return _onehot(px.contiguous(), eps.contiguous(), divergence, zeros)
+
 
 def device_of(tensors):
     """The one device of a call's tensors: None for CPU tensors (the host's), else the first other."""
@@ -1057,7 +1063,7 @@ def device_of(tensors):
 
 
 def _onehot(px, eps, div, zeros: str):
-    """serving.onehot_acceptance's bisection on tensors (:func:`mentored.backends.host.onehot_bisection`)."""
+    """serving.onehot_acceptance's bisection on tensors (:func:`mentored.backends.shared.onehot_bisection`)."""
     return onehot_bisection(torch, px, eps, div, zeros, _torch_forms(div).perspective)
 
 
@@ -1187,9 +1193,10 @@ def _failed_rows(p: torch.Tensor, q: torch.Tensor | None, normalize: bool) -> tu
     for x in (p, q):
         if x is None:
             continue
-        s = x.to(torch.float64).sum(-1)
+        # Two reductions, no (T, V) temporary: a NaN makes the minimum NaN, an infinity the sum.
+        s, lo = x.sum(-1, dtype=torch.float64), x.amin(-1)
         rtol = sum_rtol(np.float32 if x.dtype == torch.float32 else np.float64, normalize)
-        ok = x.isfinite().all(-1) & (x >= 0).all(-1) & (s > 0) & ((s - 1).abs() <= rtol)
+        ok = (lo >= 0) & s.isfinite() & (s > 0) & ((s - 1).abs() <= rtol)
         bad |= ~ok
     return bad, p.masked_fill(p.isnan(), -torch.inf).argmax(-1)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..check.inputs import check_zeros, per_row, sum_rtol, threads_arg
 from ..backends import get_backend, is_tensor
-from ..backends.host import core_divergence, given_uniforms, onehot_arrays, refusal, rescalable
+from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
 from .. import _core
 
@@ -176,13 +176,26 @@ def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
     (:math:`p_x + \varepsilon`) and ``chi2`` (:math:`p_x + \sqrt{\varepsilon p_x (1 - p_x)}`), a
     bisection vectorised over rows otherwise. Where :math:`p_x = 0`: 0 with ``zeros="keep"`` or
     :math:`f_\infty = \infty`, else the largest :math:`z` with :math:`\tilde f(1 - z) + \tilde f_\infty z \le \varepsilon`.
-    ``p_x`` and ``budget`` broadcast; float64 numpy in, float64 numpy out.
+    ``p_x`` and ``budget`` broadcast. numpy in, float64 numpy out (the compiled core); a torch tensor
+    in, a float64 tensor on its device out (on a GPU: torch there, no host synchronisation).
+
+    Cost: no pass over the vocabulary, only the :math:`p_x` given (from logits,
+    :math:`p_x = e^{\ell_x - \mathrm{logsumexp}(\ell)}`). Per entry: O(1) for tv and chi2, and 80
+    halvings of :math:`[p_x, 1]` otherwise (each a few evaluations of :math:`\tilde f`, vectorised over
+    the batch on a device; in C++ on the host).
+
+    Examples
+    --------
+    >>> from mentored.verify.serving import onehot_acceptance
+    >>> float(onehot_acceptance(0.3, 0.05, divergence="tv"))  # p_x + ε
+    0.35
     """
     div = _divergence(divergence)
     check_zeros(zeros)
-    px, eps = np.broadcast_arrays(np.asarray(p_x, dtype=np.float64), np.asarray(budget, dtype=np.float64))
-    shape = px.shape
-    return onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), div, zeros).reshape(shape)
+    budgets = budget if is_tensor(budget) else np.asarray(budget, dtype=np.float64)
+    if not is_tensor(budget):
+        per_row(budgets.ravel(), budgets.size, "budget")  # the one budget rule (a device tensor is taken as given)
+    return get_backend(p_x).onehot(p_x, budgets, div, zeros)
 
 
 # ---------------------------------------------------------------- uniforms
