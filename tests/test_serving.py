@@ -934,3 +934,52 @@ def test_validation_off_decides_a_bad_row_on_every_path(kind):
                 assert_array_equal(out[1], alone[0])
             with pytest.raises(ValueError, match="target_probs"):
                 rejection_sample(draft, n, q if dense else None, p, bonus, **kw)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_logits_in_is_the_softmax_on_every_path(dense, rng):
+    """logits=True: the same tokens as the softmax rows given as probabilities, on numpy, CPU tensors
+    (the core) and the torch algorithm (token-only: p_x from the logit and the log-sum-exp); a masked
+    token (−inf) is never emitted; a row without a law is refused with validation, decided without."""
+    import mentored.backends as backends
+
+    V, n = 12, [3, 0, 2]
+    T = sum(n)
+    L = rng.normal(size=(T, V)) * 2
+    L[:, 3] = -np.inf  # masked everywhere
+    probs = np.exp(L - L.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    q = rng.dirichlet(np.ones(V), T) if dense else None
+    draft = rng.integers(0, V, T)
+    bonus = rng.integers(0, V, (3, 1))
+    greedy = np.array([False, False, True])
+    for trial in range(20):
+        u = rng.random((T, 2))
+        kw = dict(divergence="kl", budget=0.3, uniforms=u, is_greedy=greedy)
+        want = rejection_sample(draft, n, q, probs, bonus, **kw)
+        got = [rejection_sample(draft, n, q, L, bonus, logits=True, **kw)]
+        t = [None if x is None else torch.as_tensor(x) for x in (draft, q, L, bonus)]
+        got.append(rejection_sample(t[0], n, t[1], t[2], t[3], logits=True, **kw).numpy())
+        try:
+            backends.CPU_SOLVER = "torch"
+            got.append(rejection_sample(t[0], n, t[1], t[2], t[3], logits=True, **kw).numpy())
+        finally:
+            backends.CPU_SOLVER = "core"
+        for out in got:
+            assert_array_equal(out, want)
+            assert not (out == 3).any()
+    bad = L.copy()
+    bad[1] = np.nan
+    draft[0] = int(np.argmax(L[0]))
+    u = np.full((T, 2), 0.5)
+    u[0, 0] = 1e-12  # position 0 accepts: position 1, the NaN row, is reached
+    for x, solver in ((bad, "core"), (torch.as_tensor(bad), "core"), (torch.as_tensor(bad), "torch")):
+        qx = q if q is None or isinstance(x, np.ndarray) else torch.as_tensor(q)
+        try:
+            backends.CPU_SOLVER = solver
+            with pytest.raises(ValueError, match="NaN"):
+                rejection_sample(draft, n, qx, x, bonus, logits=True, uniforms=u, is_greedy=greedy)
+            out = np.asarray(rejection_sample(draft, n, qx, x, bonus, logits=True, uniforms=u, is_greedy=greedy, validate=False))
+        finally:
+            backends.CPU_SOLVER = "core"
+        assert out[0, 0] == draft[0] and out[0, 1] == 0 and out[0, 2] == -1, (solver, out)

@@ -60,7 +60,7 @@ class HostBackend:
         return self.like(step_arrays(*args, seed=seed, uniforms=uniforms, **kw))
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize):
+               normalize, logits=False):
         T = plan.T
         if uniforms is not None:
             u = given_uniforms(self.to_host(uniforms, "uniforms"), T)
@@ -70,6 +70,8 @@ class HostBackend:
             u = self.views.uniforms(plan, generators)
         else:
             u = uniforms_arrays(plan, generators)
+        if logits:  # the rows the core reads: softmax, in the logits' dtype
+            target_probs = softmax_rows(self.to_host(target_probs, "target_probs"))
         args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
         return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
@@ -79,6 +81,18 @@ class HostBackend:
         px, eps = np.broadcast_arrays(px, eps)
         out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros).reshape(px.shape)
         return out if self.views is None else self.like(out)
+
+
+def softmax_rows(logits) -> np.ndarray:
+    """Softmax of each row, in the logits' float dtype (−inf: probability 0; a row with a NaN, a +inf
+    or no finite entry comes out NaN, which validation refuses and the lenient core decides)."""
+    x = np.asarray(logits)
+    if x.dtype not in (np.float32, np.float64):
+        x = x.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = x.max(-1, keepdims=True)
+        e = np.exp(x - np.where(np.isfinite(top), top, 0))
+        return e / e.sum(-1, keepdims=True, dtype=np.float64).astype(x.dtype)
 
 
 HOST = HostBackend()

@@ -1045,9 +1045,9 @@ class TorchBackend:
                      uniforms=uniforms, zeros=zeros)
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize):
+               normalize, logits=False):
         return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
-                                 normalize)
+                                 normalize, logits)
 
     def onehot(self, p_x, budget, divergence, zeros):
         px = torch.as_tensor(p_x, device=self.device).to(torch.float64)
@@ -1069,13 +1069,26 @@ def _onehot(px, eps, div, zeros: str):
 
 
 
-def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, normalize):
-    """:func:`mentored.verify.serving.rejection_sample` for tensors on a device (or CPU tensors with
+def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate, normalize,
+                      logits=False):
+    r""":func:`mentored.verify.serving.rejection_sample` for tensors on a device (or CPU tensors with
     ``CPU_SOLVER = "torch"``): each position's acceptance test and its rows at a rejection, then
-    :func:`_verify`."""
+    :func:`_verify`.
+
+    ``logits``: ``target_probs`` holds logits. With token-only drafts no row is normalised: the test
+    reads :math:`p_x = e^{\ell_x - \mathrm{logsumexp}\,\ell}` and only the rows of the positions
+    that rejected are formed (one per request); dense drafts need whole rows, softmaxed first."""
     B, T = plan.B, plan.T
     p = torch.as_tensor(target_probs)
     device = p.device
+    lse = None
+    if logits:
+        if validate:
+            _check_logit_rows(p, plan.where)
+        if draft_probs is None:
+            lse = p.to(torch.float64).logsumexp(-1) if T else p.new_zeros(0, dtype=torch.float64)
+        else:
+            p = torch.softmax(p.to(torch.float64), -1).to(p.dtype)
     draft = torch.as_tensor(draft_token_ids, device=device)
     bonus = torch.as_tensor(bonus_token_ids, device=device).reshape(-1)
     q = None if draft_probs is None else torch.as_tensor(draft_probs, device=device)
@@ -1088,7 +1101,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
         if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
             raise TypeError(f"{name} must hold integer token ids, got dtype {x.dtype}")
     if validate:
-        for name, x in (("target_probs", p), ("draft_probs", q)):
+        for name, x in (("target_probs", None if lse is not None else p), ("draft_probs", q)):
             if x is None:
                 continue
             if not x.dtype.is_floating_point or x.element_size() < 4:
@@ -1123,8 +1136,11 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
         ri = dev(rnd)
         xs = draft[ri].clamp(min=0)[:, None]
         P = p if rnd.size == T else p[ri]
+        if q is None and lse is not None:  # logits: p_x from the logit and the log-sum-exp, no row formed
+            px = (P.gather(-1, xs)[:, 0].to(torch.float64) - (lse if rnd.size == T else lse[ri])).exp()
         if q is None:
-            px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
+            if lse is None:
+                px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
             a = torch.empty_like(px)
             for div, idx in plan.groups:
                 sel = slice(None) if idx is None else dev(idx)
@@ -1162,7 +1178,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
 
     def rows(ts):
         """(π, q, p) at positions ts, float64, whose residual (π − q)₊ the rule draws from."""
-        p_t = p[ts].to(torch.float64)
+        p_t = p[ts].to(torch.float64) if lse is None else (p[ts].to(torch.float64) - lse[ts, None]).exp()
         if not rnd.size:
             pi_t, q_t = p_t, torch.zeros_like(p_t)
         elif q is None:  # π off x is ∝ p: the residual is p without x, (p − p_x·δ_x)₊
@@ -1181,7 +1197,23 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     if u is None:  # greedy requests only: their test and token do not read u
         u = torch.zeros((T, 2), dtype=torch.float64, device=device)
     chains = _Chains.of(plan.n, plan.starts, plan.req, plan.pos, device)
-    return _verify(pi_x, q_x, u, draft, bonus, chains, rows, None if validate or not T else _failed_rows(p, q, normalize))
+    if validate or not T:
+        failed = None
+    elif lse is not None:  # a row of logits without a law (a NaN, a +inf, no finite entry): its softmax is NaN, token 0
+        failed = (~lse.isfinite() | p.isnan().any(-1), torch.zeros(T, dtype=torch.int64, device=device))
+    else:
+        failed = _failed_rows(p, q, normalize)
+    return _verify(pi_x, q_x, u, draft, bonus, chains, rows, failed)
+
+
+def _check_logit_rows(x: torch.Tensor, where) -> None:
+    """Logits rows with a law: no NaN, no +inf, a finite entry in each (host synchronisation)."""
+    if not x.dtype.is_floating_point:
+        raise TypeError(f"target logits must be floats, got {x.dtype}")
+    flat = x.reshape(-1, x.shape[-1])
+    bad = flat.isnan().any(-1) | (flat == torch.inf).any(-1) | ~flat.isfinite().any(-1)
+    if bool(bad.any()):
+        raise ValueError(f"target logits have a NaN, a +inf or no finite entry ({where(int(bad.nonzero()[0, 0]))})")
 
 
 def _failed_rows(p: torch.Tensor, q: torch.Tensor | None, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:

@@ -380,14 +380,14 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     last = torch.zeros(L, dtype=torch.bool, device=device)
     last[torch.as_tensor(cu[1:], dtype=torch.int64, device=device) - 1] = True
     draft_ids = torch.where(last, -1, draft_sampled.to(device).roll(-1)[:L].to(torch.int64))
-    target = torch.softmax(logits[:, :V].to(torch.float32), dim=-1)
+    target = logits[:, :V]  # read as logits: token-only drafts form no softmax row but the rejected ones
     q = None
     if draft_logits is not None:
         req = torch.repeat_interleave(torch.arange(B, device=device), torch.as_tensor(n, device=device))
         step = torch.arange(L, device=device) - torch.as_tensor(cu[:-1], device=device)[req]
         scale = torch.where(temps > 0, temps, torch.ones_like(temps))[req]
         drafted = draft_logits.to(device)[states[req], step.clamp(max=draft_logits.shape[1] - 1), :V].to(torch.float32)
-        q = torch.where(last[:, None], target, torch.softmax(drafted / scale[:, None], dim=-1))  # the bonus row's q is never read
+        q = torch.softmax(drafted / scale[:, None], dim=-1)  # at the bonus row: never read (a placeholder)
     if uniforms is None:
         seed_list = seeds.to(device)[states].tolist()
         first = pos.to(device)[torch.as_tensor(cu[:-1], dtype=torch.int64, device=device)].tolist() if B else []
@@ -398,7 +398,8 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64).reshape(L, 2)
     out = rejection_sample(draft_ids, n, q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
-                           budget=config.budget, is_greedy=greedy.numpy(), uniforms=u.to(device), zeros=config.zeros, validate=False)
+                           budget=config.budget, is_greedy=greedy.numpy(), uniforms=u.to(device), zeros=config.zeros, validate=False,
+                           logits=True)
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out

@@ -220,6 +220,7 @@ def rejection_sample(
     threads=None,
     validate=True,
     normalize=False,
+    logits=False,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -277,6 +278,12 @@ def rejection_sample(
         :func:`mentored.solve` does; otherwise each row must sum to 1 within the tolerance of its
         dtype (relative 1e-6 in float64, 1e-3 in float32) and is read normalised within it. A float32
         softmax widened to float64 sums to 1 only to float32's rounding: pass ``normalize=True``.
+    logits : bool
+        ``target_probs`` holds logits, temperature and masks applied (−inf: probability 0): the
+        target is their softmax. On a device with token-only drafts no row is normalised: each test
+        reads :math:`p_x = e^{\ell_x - \mathrm{logsumexp}\,\ell}`, and only the rows of positions
+        that rejected are formed. A row with a NaN, a +inf or no finite entry has no law: refused
+        with ``validate``, else decided as above (its softmax is NaN: token 0).
 
     Returns
     -------
@@ -289,7 +296,7 @@ def rejection_sample(
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
     return backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
-                          zeros=zeros, threads=threads, validate=validate, normalize=normalize)
+                          zeros=zeros, threads=threads, validate=validate, normalize=normalize, logits=bool(logits))
 
 
 # ---------------------------------------------------------------- a reusable verifier
