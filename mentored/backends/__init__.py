@@ -17,6 +17,7 @@ when a tensor is given. A new backend (JAX, Triton) is one module with these met
 
 from __future__ import annotations
 
+from .host import HOST, HostBackend
 from .protocol import Backend, Solved
 
 __all__ = ["Backend", "Solved", "get_backend", "is_tensor", "CPU_SOLVER"]
@@ -33,27 +34,15 @@ def is_tensor(x) -> bool:
     return x is not None and type(x).__module__.startswith("torch")
 
 
-def _host() -> Backend:
-    global _HOST
-    if _HOST is None:
-        from .host import HOST as _HOST
-    return _HOST
-
-
-_HOST = None
-
-
 def get_backend(*arrays) -> Backend:
     """The backend for a call's arrays (None entries ignored): host for numpy input, and for CPU
     tensors while :data:`CPU_SOLVER` is ``"core"``; the torch device backend otherwise."""
     tensors = [x for x in arrays if is_tensor(x)]
     if not tensors:
-        return _host()
+        return HOST
     from .torch import CPU_VIEWS, TorchBackend, device_of
 
     device = device_of(tensors)
     if device is None and CPU_SOLVER == "core":
-        from .host import HostBackend
-
         return HostBackend(CPU_VIEWS)
     return TorchBackend(device if device is not None else tensors[0].device)

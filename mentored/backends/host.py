@@ -9,18 +9,17 @@ gives this backend (:class:`HostBackend`); nothing here imports torch.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from .. import _core
+from ..check.inputs import (
+    as_pair, check_step_inputs, check_sums, check_zeros, floats, pair_arrays, per_row, refuse_pair, row_error, row_stats, step_budgets,
+    step_uniforms, sum_rtol, threads_arg,
+)
+from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
 from .protocol import Solved
 from .shared import given_uniforms, onehot_bisection
-from ..check.inputs import (
-    check_step_inputs, check_zeros, floats, row_error, step_budgets, step_uniforms, as_pair, check_sums, pair_arrays, per_row,
-    refuse_pair, row_stats, sum_rtol, threads_arg,
-)
-from ..divergences import Divergence, divergence as _divergence
 
 __all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi"]
 

@@ -124,7 +124,6 @@ def _compile_custom(div) -> _Forms:
     """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
     import sympy as sp
 
-
     info = div.symbolic
     if info is None:
         raise ValueError(

@@ -166,8 +166,9 @@ def solve(
     )
     div, res, binding = solved.divergence, solved.res, solved.binding
     if solved.check is not None:  # on the host: a certificate per row, the oracle on small rows
+        p2, q2, values, by_budget = solved.check
         pi = np.asarray(backend.to_host(solved.pi)).reshape(len(res), -1)
-        check_solution(finish(div, pi, res, binding, False), *solved.check[:2], div, *solved.check[2:])
+        check_solution(finish(div, pi, res, binding, False), p2, q2, div, values, by_budget)
     return finish(div, solved.pi, res, binding, solved.squeeze)
 
 
