@@ -511,3 +511,111 @@ def test_v2_layout_gives_ids_in_range_for_rows_without_a_law(rng, fill):
         for r in range(2):
             got = sampled[r, : int(num[r])]
             assert bool(((got >= 0) & (got < V)).all()), (dense, fill, sampled)
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Records every call that, on a device, would copy a tensor's values to the host and wait for it."""
+
+    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.__bool__, torch.Tensor.__int__,
+             torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.__array__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.READS:  # (.to(device) is not among them: the code moves to the logits' device, here the CPU)
+            self.reads.append(getattr(func, "__name__", str(func)))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense):
+    """Given vLLM's host copies (cu_num_logits_np, temperature.np, idx_mapping_np), verify_logits on the
+    device algorithm (the one a GPU runs; here on CPU tensors) reads no tensor back to the host: the
+    uniforms come from position_uniforms on the device, p_x from the logit. Given the layout as a
+    tensor instead, it must read it (the case that shows the check sees reads)."""
+    import mentored.backends
+
+    from mentored.backends import torch as torch_backend
+
+    monkeypatch.setattr(mentored.backends, "CPU_SOLVER", "torch")
+    monkeypatch.setattr(torch_backend, "_host_reads", lambda x: False)  # the device's code, on these CPU tensors
+    b = _v2_batch(rng, [3, 0, 2], 16, greedy=[1], dense=dense)
+    cfg = vp.MentoredConfig("kl", 0.1)
+    want = vp.verify_logits(**b, config=cfg)
+    host = dict(b, cu_num_logits=b["cu_num_logits"].numpy(), temperature=b["temperature"].numpy(), idx_mapping_np=b["idx_mapping"].numpy())
+    with _HostReads() as mode:
+        got = vp.verify_logits(**host, config=cfg)
+    assert mode.reads == []
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    with _HostReads() as mode:
+        vp.verify_logits(**b, config=cfg)
+    assert mode.reads
+
+
+def test_position_uniforms_are_uniform_and_keyed_by_seed_and_position():
+    """53-bit uniforms in [0, 1): uniform (Kolmogorov-Smirnov), the two columns and neighbouring
+    positions uncorrelated, equal for equal (seed, position), different when either changes."""
+    from scipy import stats
+
+    pos = torch.arange(20000)
+    seeds = torch.full((20000,), 7, dtype=torch.int64)
+    u = vp.position_uniforms(seeds, pos)
+    assert u.dtype == torch.float64 and tuple(u.shape) == (20000, 2)
+    assert bool(((u >= 0) & (u < 1)).all())
+    for col in (u[:, 0], u[:, 1]):
+        assert stats.kstest(col.numpy(), "uniform").pvalue > 1e-4
+    assert abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.03
+    assert abs(np.corrcoef(u[:-1, 0], u[1:, 0])[0, 1]) < 0.03
+    assert torch.equal(vp.position_uniforms(seeds[:5], pos[:5]), u[:5])
+    other = vp.position_uniforms(torch.full((5,), 8), pos[:5])
+    assert not bool((other == u[:5]).any())
+    neg = vp.position_uniforms(torch.full((5,), -(2**62)), pos[:5])  # any int64 seed, vLLM's included
+    assert bool(((neg >= 0) & (neg < 1)).all()) and not torch.equal(neg, u[:5])
+
+
+def test_v2_sampler_verifies_each_chunk_from_vllms_host_layout(rng, monkeypatch):
+    """The v2 sampler in vLLM's call order: _verify_in_chunks splits the batch into request chunks and
+    hands each _verify the device copy of its layout; the subclass takes the chunk's layout from
+    input_batch.cu_num_logits_np and the temperatures from temperature.np instead, reading nothing
+    back from the device, and decides each chunk as verify_logits decides it alone."""
+    import mentored.backends
+
+    from mentored.backends import torch as torch_backend
+
+    monkeypatch.setattr(mentored.backends, "CPU_SOLVER", "torch")
+    monkeypatch.setattr(torch_backend, "_host_reads", lambda x: False)  # the device's code, on these CPU tensors
+    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    _, V2, _, mods = _fake_vllm(monkeypatch, False)
+    b = _v2_batch(rng, [2, 1, 3, 0], 12, greedy=[2], dense=False)
+    cu_np = b["cu_num_logits"].numpy()
+    chunks = [(0, 2), (2, 4)]
+
+    def _verify_in_chunks(self, logits, input_batch, draft_logits, draft_sampled, pos):  # vLLM's order, reduced to what it hands _verify
+        out = []
+        for s, e in chunks:
+            lo, hi = int(input_batch.cu_num_logits_np[s]), int(input_batch.cu_num_logits_np[e])
+            out.append(self._verify(logits[lo:hi], draft_logits, draft_sampled[lo:hi], pos[lo:hi], input_batch.cu_num_logits[s : e + 1] - lo,
+                                    input_batch.idx_mapping[s:e], input_batch.idx_mapping_np[s:e], None, None, None, draft_sampled[lo:hi]))
+        return out
+
+    V2._verify_in_chunks = _verify_in_chunks
+    vp.register()
+    states = SimpleNamespace(temperature=SimpleNamespace(np=b["temperature"].numpy(), gpu=b["temperature"]), seeds=SimpleNamespace(gpu=b["seeds"]))
+    sampler = SimpleNamespace(sampling_states=states, apply_sampling_params=lambda logits, *a: logits)
+    spec = SimpleNamespace(num_speculative_tokens=3, rejection_sample_method="standard", enable_adaptive_verification=False)
+    built = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler(sampler, spec, torch.device("cpu"))
+    batch = SimpleNamespace(cu_num_logits=b["cu_num_logits"], cu_num_logits_np=cu_np, idx_mapping=b["idx_mapping"],
+                            idx_mapping_np=b["idx_mapping"].numpy())
+    with _HostReads() as mode:
+        got = built._verify_in_chunks(b["logits"], batch, None, b["draft_sampled"], b["pos"])
+    assert mode.reads == []
+    assert built._layout is None
+    for (s, e), (_, sampled, num) in zip(chunks, got):
+        lo, hi = cu_np[s], cu_np[e]
+        want = vp.verify_logits(b["logits"][lo:hi], None, b["draft_sampled"][lo:hi], cu_np[s : e + 1] - lo, b["pos"][lo:hi],
+                                b["idx_mapping"][s:e], b["temperature"], b["seeds"], 3, built.mentored_config)
+        assert torch.equal(sampled, want[0]) and torch.equal(num, want[1])

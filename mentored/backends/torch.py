@@ -1114,7 +1114,11 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     def dev(a):
         return torch.as_tensor(a, device=device)
 
-    if uniforms is not None:
+    if isinstance(uniforms, torch.Tensor) and not validate:  # uniforms made on the device stay there: only their shape is checked
+        if tuple(uniforms.shape) != (T, 2):
+            raise ValueError(f"uniforms must have shape (num_tokens, 2) = ({T}, 2), got {tuple(uniforms.shape)}")
+        u = uniforms.to(device, torch.float64)
+    elif uniforms is not None:
         u = torch.as_tensor(given_uniforms(uniforms.cpu().numpy() if isinstance(uniforms, torch.Tensor) else uniforms, T), device=device)
     else:
         u = plan_uniforms(plan, generators, device) if plan.rnd.size else None

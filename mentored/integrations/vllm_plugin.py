@@ -40,6 +40,7 @@ import os
 import sys
 from decimal import Decimal, InvalidOperation
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -47,7 +48,7 @@ from ..verify.serving import rejection_sample
 
 __all__ = [
     "MentoredConfig", "MentoredRefusal", "MentoredRejectionSampler", "check_engine", "config_from_env", "compute_target_probs", "register",
-    "verify_logits",
+    "position_uniforms", "verify_logits",
 ]
 
 logger = logging.getLogger(__name__)
@@ -334,17 +335,51 @@ def check_engine(spec_config, *, watermark_key=None) -> None:
         raise MentoredRefusal(f"mentored verification does not support watermarked sampling (watermark_config): remove it, or {fix}")
 
 
-def _mix(seed: int, pos: int) -> int:
-    """A torch seed from a request's seed and the position of its first verified row (splitmix64):
-    a request's draws depend on nothing else in the batch."""
-    x = (seed * 0x9E3779B97F4A7C15 + pos + 1) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF
+def _mul32(h: torch.Tensor, c: int) -> torch.Tensor:
+    """``h · c mod 2³²`` for int64 ``h`` in [0, 2³²), exact in int64: c is split into 16-bit halves so
+    that no product exceeds 2⁴⁹ (int64 overflow is undefined in torch)."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (h * lo + (((h * hi) & 0xFFFF) << 16)) & 0xFFFFFFFF
+
+
+def _fmix32(h: torch.Tensor) -> torch.Tensor:
+    # MurmurHash3's 32-bit finaliser (Appleby 2011): every input bit reaches every output bit.
+    h = h ^ (h >> 16)
+    h = _mul32(h, 0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = _mul32(h, 0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def position_uniforms(seeds: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Two uniforms in [0, 1) (53 bits each) per row, a hash of (the request's seed, the row's position).
+
+    Counter-based, as vLLM's Philox draws are: computed where the tensors live, with no generator
+    state and no host synchronisation; a request's draws depend on its seed and positions only,
+    never on the rest of the batch. A position's pair decides at most once: verification resumes
+    after the last emitted position. Returns float64 ``[len(pos), 2]``.
+    """
+    s = seeds.to(torch.int64)
+    key = _fmix32(_fmix32((s >> 32) & 0xFFFFFFFF) ^ (s & 0xFFFFFFFF))
+    words = []
+    for lane in range(4):
+        words.append(_fmix32(key ^ _fmix32(((pos.to(torch.int64) * 4 + lane) & 0xFFFFFFFF) ^ 0x9E3779B9)))
+    hi = torch.stack([words[0], words[2]], -1) >> 6  # 26 bits
+    lo = torch.stack([words[1], words[3]], -1) >> 5  # 27 bits
+    return ((hi << 27) + lo).to(torch.float64) * 2.0**-53
+
+
+def _host(x, name: str):
+    """A host copy of a small per-request array: free for numpy (vLLM keeps one), one synchronisation for a device tensor."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    if x is None:
+        raise ValueError(f"{name} is needed")
+    return np.asarray(x)
 
 
 def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, temperature, seeds, num_speculative_steps,
-                  config: MentoredConfig, uniforms=None):
+                  config: MentoredConfig, uniforms=None, idx_mapping_np=None):
     r"""Mentored verification in the layout of vLLM's v2 model runner (``RejectionSampler._verify``).
 
     Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1``: row ``start + i``
@@ -354,52 +389,56 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     applied: a masked token has probability 0, never emitted with ``zeros="keep"``); ``draft_logits``
     [max_num_reqs, num_speculative_steps, V'] (or None: token-only drafts, vLLM's
     ``draft_sample_method="greedy"``) are taken before temperature, as vLLM takes them. A request
-    with temperature 0 is greedy (accept while the draft is the target's argmax).
+    with temperature 0 is greedy (accept while the draft is the target's argmax). ``temperature``
+    and ``seeds`` are per request state, read through ``idx_mapping``.
 
-    Randomness: per request, a torch generator seeded from its seed and the position of its first
-    row draws a pair of uniforms per row (``uniforms`` [num_logits, 2] instead, for tests): ``u0``
-    decides a draft, ``u1`` draws the token at the first rejection, or at the bonus row. At
-    ``budget=0`` the decisions are those of standard speculative sampling given these uniforms.
+    Host reads. The layout (``cu_num_logits``) and which requests are greedy (``temperature``) shape
+    the plan on the host: given as numpy arrays (vLLM keeps them: ``cu_num_logits_np``,
+    ``temperature.np`` with ``idx_mapping_np``) they cost nothing; given as device tensors, one
+    synchronisation each. Nothing else leaves the device: for token-only drafts the acceptance
+    reads ``p_x`` from the logit and the log-sum-exp; the uniforms are :func:`position_uniforms` of
+    ``seeds`` and ``pos``, on the device.
+
+    ``uniforms`` [num_logits, 2] replace them (tests): ``u0`` decides a draft, ``u1`` draws the
+    token at the first rejection, or at the bonus row. At ``budget=0`` the decisions are those of
+    standard speculative sampling given these uniforms.
 
     Returns ``(sampled [num_reqs, num_speculative_steps + 1] int64, num_sampled [num_reqs] int32)``:
     the accepted drafts, then the token at the first rejection or the bonus token; ``num_sampled``
     counts them (accepted + 1).
     """
     device = logits.device
-    cu = [int(c) for c in cu_num_logits.tolist()]
+    cu = _host(cu_num_logits, "cu_num_logits").astype(np.int64)
     B = len(cu) - 1
     states = idx_mapping.to(device, torch.int64)
-    temps = temperature.to(device)[states].to(torch.float32)
-    greedy = (temps == 0).cpu()
+    if isinstance(temperature, torch.Tensor):
+        temps = _host(temperature.to(device)[states], "temperature")
+    else:
+        temps = np.asarray(temperature)[_host(idx_mapping if idx_mapping_np is None else idx_mapping_np, "idx_mapping")]
+    greedy = temps.astype(np.float32) == 0
     V = logits.shape[-1] if draft_logits is None else min(logits.shape[-1], draft_logits.shape[-1])
     # Every row of a request is a position, its bonus row last with a placeholder draft (−1): always
     # rejected, so it draws the bonus token from its target row at its u1 (the argmax if greedy),
     # by the one decision rule, only when every draft before it was accepted.
-    n = [cu[r + 1] - cu[r] for r in range(B)]
-    L = cu[-1]
+    n = np.diff(cu)
+    L = int(cu[-1])
     last = torch.zeros(L, dtype=torch.bool, device=device)
-    last[torch.as_tensor(cu[1:], dtype=torch.int64, device=device) - 1] = True
+    last[torch.as_tensor(cu[1:] - 1, device=device)] = True
     draft_ids = torch.where(last, -1, draft_sampled.to(device).roll(-1)[:L].to(torch.int64))
     target = logits[:, :V]  # read as logits: token-only drafts form no softmax row but the rejected ones
+    req = torch.repeat_interleave(torch.arange(B, device=device), torch.as_tensor(n, device=device), output_size=L)
     q = None
     if draft_logits is not None:
-        req = torch.repeat_interleave(torch.arange(B, device=device), torch.as_tensor(n, device=device))
         step = torch.arange(L, device=device) - torch.as_tensor(cu[:-1], device=device)[req]
-        scale = torch.where(temps > 0, temps, torch.ones_like(temps))[req]
+        t = torch.as_tensor(np.where(greedy, 1.0, temps), dtype=torch.float32, device=device)[req]
         drafted = draft_logits.to(device)[states[req], step.clamp(max=draft_logits.shape[1] - 1), :V].to(torch.float32)
-        q = torch.softmax(drafted / scale[:, None], dim=-1)  # at the bonus row: never read (a placeholder)
+        q = torch.softmax(drafted / t[:, None], dim=-1)  # at the bonus row: never read (a placeholder)
     if uniforms is None:
-        seed_list = seeds.to(device)[states].tolist()
-        first = pos.to(device)[torch.as_tensor(cu[:-1], dtype=torch.int64, device=device)].tolist() if B else []
-        u = torch.empty((L, 2), dtype=torch.float64)
-        for r in range(B):
-            g = torch.Generator().manual_seed(_mix(int(seed_list[r]), int(first[r])))
-            u[cu[r] : cu[r + 1]] = torch.rand((n[r], 2), generator=g, dtype=torch.float64)
+        u = position_uniforms(seeds.to(device)[states][req], pos.to(device)[:L])
     else:
-        u = torch.as_tensor(uniforms, dtype=torch.float64).reshape(L, 2)
-    out = rejection_sample(draft_ids, n, q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
-                           budget=config.budget, is_greedy=greedy.numpy(), uniforms=u.to(device), zeros=config.zeros, validate=False,
-                           logits=True)
+        u = torch.as_tensor(uniforms, dtype=torch.float64, device=device).reshape(L, 2)
+    out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
+                           budget=config.budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=False, logits=True)
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out
@@ -417,13 +456,34 @@ def _make_v2_class(base):
             self.mentored_config = config or config_from_env() or MentoredConfig()
             logger.info("mentored: vLLM's v2 rejection sampler verifies with %r", self.mentored_config)
 
+        def _verify_in_chunks(self, logits, input_batch, *args, **kwargs):
+            # vLLM's chunking hands _verify the device copy of each chunk's layout only: keep the
+            # batch's host copy, and where in it the next chunk starts, so no chunk reads the device.
+            self._layout = [input_batch.cu_num_logits_np, 0]
+            try:
+                return base._verify_in_chunks(self, logits, input_batch, *args, **kwargs)
+            finally:
+                self._layout = None
+
+        def _host_layout(self, cu_num_logits, num_logits: int, num_reqs: int):
+            layout = getattr(self, "_layout", None)
+            if layout is not None:
+                cu_np, start = layout
+                chunk = np.asarray(cu_np[start : start + num_reqs + 1], dtype=np.int64)
+                if len(chunk) == num_reqs + 1 and chunk[-1] - chunk[0] == num_logits:
+                    layout[1] = start + num_reqs
+                    return chunk - chunk[0]
+            return cu_num_logits  # another caller, or a layout the host copy does not describe: read the device's
+
         def _verify(self, logits, draft_logits, draft_sampled, pos, cu_num_logits, idx_mapping, idx_mapping_np, expanded_idx_mapping,
                     expanded_local_pos, seq_lens_upper_bound_np, verify_draft_sampled):
             processed = self.sampler.apply_sampling_params(logits, expanded_idx_mapping, idx_mapping, idx_mapping_np, pos, draft_sampled,
                                                            expanded_local_pos, seq_lens_upper_bound_np)
             states = self.sampler.sampling_states
-            sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu_num_logits, pos, idx_mapping,
-                                                 states.temperature.gpu, states.seeds.gpu, self.num_speculative_steps, self.mentored_config)
+            cu = self._host_layout(cu_num_logits, int(logits.shape[0]), len(idx_mapping_np))
+            sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu, pos, idx_mapping, states.temperature.np,
+                                                 states.seeds.gpu, self.num_speculative_steps, self.mentored_config,
+                                                 idx_mapping_np=idx_mapping_np)
             return processed, sampled, num_sampled
 
     return MentoredRejectionSamplerV2
