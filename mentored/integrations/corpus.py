@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CharTokenizer", "Splits", "corpus", "splits"]
+__all__ = ["CharTokenizer", "Splits", "corpus", "splits", "sources", "split_documents"]
 
 # Standard-library modules whose docstrings join pydoc_data.topics in the corpus (import-safe, stable).
 _DOC_MODULES = (
@@ -40,6 +40,40 @@ def corpus() -> list[str]:
         for name in _DOC_MODULES:
             docs.append(_module_doc(name))
     return [d for d in docs if d]
+
+
+def sources() -> list[tuple[str, str]]:
+    """``(path, text)`` of the Python source files of the same standard-library modules (a package's
+    every ``.py`` file but its tests), in a fixed order. Built-in modules (written in C) have none."""
+    import importlib
+    from pathlib import Path
+
+    out = []
+    for name in _DOC_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        origin = getattr(mod, "__file__", None)
+        if not origin or not origin.endswith(".py"):
+            continue
+        path = Path(origin)
+        if path.name == "__init__.py":
+            files = sorted(f for f in path.parent.rglob("*.py") if not {"test", "tests", "idle_test"} & set(f.relative_to(path.parent).parts))
+        else:
+            files = [path]
+        base = path.parent.parent if path.name == "__init__.py" else path.parent
+        out += [(f.relative_to(base).as_posix(), f.read_text(encoding="utf-8")) for f in files]
+    return out
+
+
+def split_documents(docs: list, seed: int = 0) -> tuple[list, list, list]:
+    """``docs`` shuffled with ``seed`` and split 80/10/10 by document: ``(train, valid, test)``, each in
+    the documents' original order."""
+    order = np.random.default_rng(seed).permutation(len(docs))
+    n_valid = n_test = max(1, len(docs) // 10)
+    pick = lambda idx: [docs[i] for i in sorted(idx)]  # noqa: E731
+    return pick(order[n_valid + n_test :]), pick(order[:n_valid]), pick(order[n_valid : n_valid + n_test])
 
 
 def _module_doc(name: str) -> str:
@@ -104,13 +138,8 @@ class Splits(NamedTuple):
 @functools.lru_cache(maxsize=4)
 def splits(seed: int = 0) -> Splits:
     """Documents shuffled with ``seed`` and split 80/10/10 (cached: treat as read-only)."""
-    docs = corpus()
-    order = np.random.default_rng(seed).permutation(len(docs))
-    n_valid = n_test = max(1, len(docs) // 10)
-    pick = lambda idx: "\n\n".join(docs[i] for i in sorted(idx))  # noqa: E731
-    valid_text = pick(order[:n_valid])
-    test_text = pick(order[n_valid : n_valid + n_test])
-    train_text = pick(order[n_valid + n_test :])
+    train_docs, valid_docs, test_docs = split_documents(corpus(), seed)
+    train_text, valid_text, test_text = ("\n\n".join(d) for d in (train_docs, valid_docs, test_docs))
     tok = CharTokenizer(train_text)
     train, valid, test = (tok.encode(t) for t in (train_text, valid_text, test_text))
     return Splits(tok, train, valid, test, train_text, valid_text, test_text)
