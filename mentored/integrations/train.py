@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .hf import MODELS_DIR
+from mentored.integrations.weights import MODELS_DIR, write_checksums  # absolute: this module also runs as mentored.train
 
 __all__ = ["main", "train_one", "bits_per_char", "flops_per_token", "gpt2_config"]
 
@@ -196,18 +196,29 @@ def assemble(out: Path, extra: dict) -> dict:
     for name in ("target", "drafter"):
         (out / name / "curve.csv").unlink()
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    files = sorted(p for p in out.rglob("*") if p.is_file() and p.relative_to(out).as_posix() != "SHA256SUMS")  # every file: load_pair refuses an unlisted one
-    from .hf import _sha256  # the digest verify_checksums checks
-
-    (out / "SHA256SUMS").write_text("".join(f"{_sha256(p)}  {p.relative_to(out).as_posix()}\n" for p in files))
+    write_checksums(out)  # every file: load_pair refuses an unlisted one
     return results
 
 
 def main(argv=None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--target" in argv or any(a.startswith("--target=") for a in argv):
+        pre = argparse.ArgumentParser(add_help=False)
+        pre.add_argument("--target", choices=("char", "smollm"), required=True)
+        known, rest = pre.parse_known_args(argv)
+        if known.target == "smollm":
+            from mentored.integrations.train_smollm import main as smollm_main  # absolute: this module also runs as mentored.train
+
+            return smollm_main(rest)
+        argv = rest
     import torch
 
     ap = argparse.ArgumentParser(prog="python -m mentored.integrations.train", description="Train the shipped character-level transformer pair (one CPU thread, seeded).")
     ap.add_argument("--out", type=Path, default=MODELS_DIR, help="output directory (default: the package's mentored/models)")
+    ap.add_argument("--target", choices=("char", "smollm"), default="char",
+                    help="char: the character-level GPT-2 pair (default); smollm: the drafter for SmolLM2-135M-Instruct (its own options: --target smollm --help)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-steps", type=int, default=None)
     ap.add_argument("--drafter-steps", type=int, default=None)
