@@ -4,7 +4,7 @@ Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Duality Mentored.Monotone Mentored.Boosting Mentored.TargetZeros
   Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
   Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf
-  Mentored.Levels.
+  Mentored.Levels Mentored.Tree.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -100,3 +100,6 @@ Print Assumptions set_unique.
 Print Assumptions set_D_monotone.
 Print Assumptions set_reject.
 Print Assumptions set_singleton.
+Print Assumptions tree_decoupling.
+Print Assumptions opt_nonneg.
+Print Assumptions node_objective_classes.
