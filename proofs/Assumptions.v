@@ -3,7 +3,8 @@
 Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Duality Mentored.Monotone Mentored.Boosting Mentored.TargetZeros
   Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
-  Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf.
+  Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf
+  Mentored.Levels Mentored.Tree.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -84,3 +85,21 @@ Print Assumptions small_budget_bound.
 Print Assumptions cont_D_minimal.
 Print Assumptions on_curve_exists.
 Print Assumptions mentored_optimal_finite_finf.
+Print Assumptions dpi.
+Print Assumptions dpi_equality.
+Print Assumptions lvl_Df.
+Print Assumptions lvl_class_law.
+Print Assumptions level_reduction.
+Print Assumptions class_kkt.
+Print Assumptions node_level_optimal.
+Print Assumptions node_level_optimal_keep.
+Print Assumptions penalised_monotone.
+Print Assumptions set_dpi.
+Print Assumptions set_optimal.
+Print Assumptions set_unique.
+Print Assumptions set_D_monotone.
+Print Assumptions set_reject.
+Print Assumptions set_singleton.
+Print Assumptions tree_decoupling.
+Print Assumptions opt_nonneg.
+Print Assumptions node_objective_classes.
