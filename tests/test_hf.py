@@ -415,3 +415,22 @@ def test_assisted_generation_context_manager(models):
             target.generate(ids, assistant_model=draft, do_sample=True, top_k=0, max_new_tokens=30, pad_token_id=0)
         acc.append(stats.acceptance)
     assert acc[1] == 1.0 > acc[0]
+
+
+def test_draw_follows_the_law_and_never_a_zero():
+    # generate's sampler (inverse CDF) against the law it draws from: a chi-square test over 40,000
+    # draws, and tokens of probability 0 (first, inner, last) never drawn.
+    from scipy.stats import chisquare
+
+    from mentored.integrations.hf import _draw
+
+    law = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2 - 1e-9, 1e-9, 0.0], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    x = _draw(law.expand(40000, -1), gen)[:, 0]
+    counts = torch.bincount(x, minlength=law.numel()).double()
+    assert counts[law == 0].sum() == 0
+    seen = law > 1e-6
+    assert chisquare(counts[seen].numpy(), (law[seen] / law[seen].sum() * counts[seen].sum()).numpy()).pvalue > 1e-3
+    # a row whose mass sits only in its last token, and a row summing to 1 only up to rounding
+    edge = torch.tensor([[0.0, 0.0, 1.0], [0.1, 0.2, 0.7 - 1e-12]], dtype=torch.float64)
+    assert _draw(edge.repeat(500, 1), gen)[0::2].unique().tolist() == [2]

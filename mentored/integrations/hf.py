@@ -354,6 +354,17 @@ def _check_prompts(input_ids, attention_mask, device):
     return ids, mask, [ids[b, ids.shape[1] - int(lengths[b]) :] for b in range(ids.shape[0])]
 
 
+def _draw(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of ``probs`` (A, V) by the inverse CDF at a uniform from ``gen``: ``(A, 1)``.
+
+    A token of probability 0 is never drawn (the first index whose cumulative sum exceeds ``u · total``).
+    ``torch.multinomial`` draws the same law but costs about ten times more on a 49,152-token row.
+    """
+    c = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=gen, dtype=c.dtype, device=c.device)
+    return torch.searchsorted(c, u * c[:, -1:], right=True).clamp_(max=probs.shape[-1] - 1)
+
+
 @torch.no_grad()
 def generate(
     target_model,
@@ -483,7 +494,7 @@ def generate(
         q_rows, drafts = [], []
         for _ in range(k):
             q = probs(draft_lm(work)[:, -1])
-            x = torch.multinomial(q, 1, generator=gen)  # (A, 1)
+            x = _draw(q, gen)  # (A, 1)
             q_rows.append(q)
             drafts.append(x)
             work = [torch.cat([w, x[i]]) for i, w in enumerate(work)]
@@ -492,7 +503,7 @@ def generate(
         # One target pass scores every row's k drafts and bonus position.
         p = probs(target_lm(work)[:, -(k + 1) :])  # (A, k + 1, V)
         t2 = time.perf_counter()
-        bonus = torch.multinomial(p[:, k], 1, generator=gen)
+        bonus = _draw(p[:, k], gen)
         u = torch.rand((len(active), k, 2), generator=gen, device=device, dtype=torch.float64)
         row_budget = budget_t if budget_t.ndim == 0 else budget_t[active][:, None]
         q_all = torch.stack(q_rows, dim=1)
