@@ -34,7 +34,7 @@ def test_demo_quick(capsys):
 @pytest.mark.parametrize("pair", ["transformer", "ngram"])
 def test_demo_on_text_small(capsys, pair):
     args = ["demo", "--prompts", "2", "--new-tokens", "12", "--eval-tokens", "300", "--prompt-len", "16"]
-    assert main(args + (["--ngram"] if pair == "ngram" else [])) == 0
+    assert main(args + (["--ngram"] if pair == "ngram" else ["--char"])) == 0
     captured = capsys.readouterr()
     out = captured.out
     assert "lossless" in out and "passes/tok" in out and "bits(pi)" in out

