@@ -877,7 +877,7 @@ def _dtype_kind(x) -> str:
 class _TorchOps:
     """The array operations of the built-ins' accurate forms (mentored.divergences), on tensors of any device."""
 
-    where, log, log1p, expm1 = torch.where, torch.log, torch.log1p, torch.expm1
+    where, exp, log, log1p, expm1 = torch.where, torch.exp, torch.log, torch.log1p, torch.expm1
     sqrt, abs, sign, isinf, xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
     ones_like = torch.ones_like
 
