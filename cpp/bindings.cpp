@@ -19,6 +19,7 @@
 #include "mentored/program.hpp"
 #include "mentored/solve.hpp"
 #include "mentored/speculative.hpp"
+#include "mentored/tree.hpp"
 
 namespace py = pybind11;
 using namespace mentored;
@@ -303,6 +304,16 @@ std::optional<carray<A>> per_request_arg(const py::object& x, std::size_t B, con
   return a;
 }
 
+// which of a call: None, or each request's index into its n divergences.
+std::optional<carray<std::int32_t>> which_arg_of(const py::object& which_arg, std::size_t B, std::size_t n) {
+  auto which = per_request_arg<std::int32_t>(which_arg, B, "which");
+  if (which)
+    for (py::ssize_t b = 0; b < which->shape(0); ++b)
+      if (which->data()[b] < 0 || static_cast<std::size_t>(which->data()[b]) >= n)
+        throw std::invalid_argument("which: a divergence index out of range");
+  return which;
+}
+
 // Verify in one call (speculative.hpp, verify_batch; Step describes the layout): q [T, V] or None
 // (token-only drafts); draft [T], uniforms [T, 2] per position; budgets [T], or [1] for all;
 // num_draft [B] (Σ = T); bonus [B] or [B, 1]; p [T + B·extra, V] (extra = 1: a bonus-position row
@@ -354,12 +365,8 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   if (!((bonus.ndim() == 1 || (bonus.ndim() == 2 && bonus.shape(1) == 1)) && static_cast<std::size_t>(bonus.shape(0)) == B))
     throw std::invalid_argument("bonus_token_ids must have shape (B,) or (B, 1), one id per request");
   if (V == 0 && T_ > 0) throw std::invalid_argument("empty vocabulary");
-  const auto which = per_request_arg<std::int32_t>(which_arg, B, "which");
+  const auto which = which_arg_of(which_arg, B, divs.size());
   const auto greedy = per_request_arg<bool>(greedy_arg, B, "greedy");
-  if (which)
-    for (py::ssize_t b = 0; b < which->shape(0); ++b)
-      if (which->data()[b] < 0 || static_cast<std::size_t>(which->data()[b]) >= divs.size())
-        throw std::invalid_argument("which: a divergence index out of range");
   std::optional<carray<T>> pi;
   std::optional<carray<double>> pi_x;
   const bool given = std::any_of(divs.begin(), divs.end(), [](const StepF& f) { return std::holds_alternative<GivenF>(f); });
@@ -416,6 +423,116 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   carray<double> stats(6);
   std::copy(error.stats, error.stats + 6, stats.mutable_data());
   return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats);
+}
+
+// A batch of draft trees in one call (tree.hpp, tree_batch; Tree describes the layout): p [N, V];
+// tokens, parents [N] (parents local to each request: −1 at its node 0, else an earlier node);
+// num_nodes [B] (each ≥ 1, Σ = N); uniforms [N, 2]; budgets [B], or [1] for all; divergences:
+// built-in codes, or None where the caller gives each node's π_parent(x_j) in given [N]; which [B]
+// int32 (None: divergences[0] for all); greedy [B] bool or None; length: objective "length", else
+// "acceptance"; rtol: the tolerance on the rows' sums (∞: none). Returns (out int32 [B, max depth +
+// 1]: the accepted tokens, the emitted one, −1; last int64 [B]: the local index of the last accepted
+// node; accept [N]: π_parent(x_j) (1 at roots); value [N]: A(j), the expected accepted tokens from
+// j; the first failed request, −1 if none; its StepStatus code; the node in it; that node's target
+// row {Σ, min, max}). Shape errors raise ValueError.
+template <class T>
+py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::object num_nodes, carray<double> uniforms,
+               carray<double> budgets, py::list divergences, py::object which_arg, py::object greedy_arg, py::object given_arg,
+               bool keep, bool length, int threads, double rtol) {
+  rtol_arg(rtol, rtol);
+  std::vector<TreeF> divs;
+  bool given_needed = false;
+  for (const auto item : divergences) {
+    if (item.is_none()) divs.emplace_back(GivenF{}), given_needed = true;
+    else if (py::isinstance<py::int_>(item)) divs.emplace_back(BuiltinF(generator(item.cast<int>())));
+    else throw py::type_error("tree divergences must hold built-in generator codes or None (π given)");
+  }
+  if (divs.empty()) throw std::invalid_argument("divergences must hold at least one divergence");
+  const carray<std::int64_t> token = ids_arg(token_ids, "tokens");
+  const carray<std::int64_t> parent = ids_arg(parent_ids, "parents");
+  const std::vector<std::int64_t> counts = counts_arg(num_nodes);
+  const std::size_t B = counts.size();
+  std::size_t N = 0;
+  for (const std::int64_t c : counts) {
+    if (c < 1) throw std::invalid_argument("num_nodes must be positive: every tree has its root");
+    N += static_cast<std::size_t>(c);
+  }
+  if (p.ndim() != 2 || static_cast<std::size_t>(p.shape(0)) != N) throw std::invalid_argument("target probabilities must be (N, V), one row per node");
+  const auto V = static_cast<std::size_t>(p.shape(1));
+  if (V == 0 && N > 0) throw std::invalid_argument("empty vocabulary");
+  const auto n_eps = static_cast<std::size_t>(budgets.size());
+  if (static_cast<std::size_t>(token.size()) != N || static_cast<std::size_t>(parent.size()) != N ||
+      static_cast<std::size_t>(uniforms.size()) != 2 * N || (n_eps != B && n_eps != 1))
+    throw std::invalid_argument("tokens, parents and uniforms must have one entry (uniforms: two) per node, budgets one or one per request");
+  const auto which = which_arg_of(which_arg, B, divs.size());
+  const auto greedy = per_request_arg<bool>(greedy_arg, B, "greedy");
+  std::optional<carray<double>> given;
+  if (given_needed) {
+    if (!py::isinstance<carray<double>>(given_arg)) throw py::type_error("given must be a C-contiguous float64 array where π is given");
+    given = py::reinterpret_borrow<carray<double>>(given_arg);
+    if (given->ndim() != 1 || static_cast<std::size_t>(given->shape(0)) != N) throw std::invalid_argument("given must have one entry per node");
+  }
+  // The output's width: the deepest node, over parents that are well formed (the others are
+  // refused by the request's own check).
+  std::size_t width = 1;
+  {
+    std::vector<std::size_t> depth(N, 0);
+    const std::int64_t* a = parent.data();
+    for (std::size_t b = 0, s = 0; b < B; s += static_cast<std::size_t>(counts[b]), ++b)
+      for (std::size_t j = 1; j < static_cast<std::size_t>(counts[b]); ++j)
+        if (a[s + j] >= 0 && static_cast<std::size_t>(a[s + j]) < j) {
+          depth[s + j] = depth[s + static_cast<std::size_t>(a[s + j])] + 1;
+          width = std::max(width, depth[s + j] + 1);
+        }
+  }
+  Tree<T> tr;
+  tr.p = p.data();
+  tr.token = token.data();
+  tr.parent = parent.data();
+  tr.n = counts.data();
+  tr.u = uniforms.data();
+  tr.eps = budgets.data();
+  tr.eps_step = n_eps == 1 ? 0 : 1;
+  tr.greedy = greedy ? greedy->data() : nullptr;
+  tr.which = which ? which->data() : nullptr;
+  tr.given = given ? given->data() : nullptr;
+  tr.B = B;
+  tr.V = V;
+  tr.keep = keep;
+  tr.length = length;
+  tr.rtol = rtol;
+  carray<std::int32_t> out({B, width});
+  carray<std::int64_t> last(static_cast<py::ssize_t>(B));
+  carray<double> accept(static_cast<py::ssize_t>(N)), value(static_cast<py::ssize_t>(N));
+  StepError error;
+  std::size_t failed;
+  {
+    const int nt = batch_threads(threads, B, B ? N * V / B : 0);
+    std::int32_t* o = out.mutable_data();
+    std::int64_t* l = last.mutable_data();
+    double* acc = accept.mutable_data();
+    double* val = value.mutable_data();
+    py::gil_scoped_release release;
+    failed = tree_batch(tr, divs, nt, o, width, l, acc, val, error);
+  }
+  const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
+  carray<double> stats(3);
+  std::copy(error.stats, error.stats + 3, stats.mutable_data());
+  return py::make_tuple(out, last, accept, value, bad, static_cast<int>(error.status), error.position, stats);
+}
+
+// The class masses of a tree node's verifier (tree.hpp, node_masses), row by row: P, w [R, n]
+// (column 0 the complement), budgets [R], a built-in's code. For the tests.
+carray<double> tree_node_masses(carray<double> P, carray<double> w, carray<double> eps, int code, bool keep) {
+  if (P.ndim() != 2 || w.ndim() != 2 || P.shape(0) != w.shape(0) || P.shape(1) != w.shape(1) || eps.ndim() != 1 ||
+      eps.shape(0) != P.shape(0) || P.shape(1) < 1)
+    throw std::invalid_argument("P and w must be (R, n) arrays of one shape, n ≥ 1, and budgets (R,)");
+  const BuiltinF f(generator(code));
+  const auto R = static_cast<std::size_t>(P.shape(0)), n = static_cast<std::size_t>(P.shape(1));
+  carray<double> m({R, n});
+  TreeWork wk;
+  for (std::size_t r = 0; r < R; ++r) node_masses(f, P.data() + r * n, w.data() + r * n, n, eps.data()[r], keep, m.mutable_data() + r * n, wk);
+  return m;
 }
 
 // π_x of the verifier of a token-only drafter (speculative.hpp, onehot_pi_x), elementwise over
@@ -577,6 +694,8 @@ const char* enum_name(StepStatus s) {
     case StepStatus::unreachable: return "unreachable";
     case StepStatus::bad_bonus: return "bad_bonus";
     case StepStatus::off_sum: return "off_sum";
+    case StepStatus::bad_parent: return "bad_parent";
+    case StepStatus::duplicate_token: return "duplicate_token";
   }
   return nullptr;
 }
@@ -674,6 +793,15 @@ PYBIND11_MODULE(_core, m) {
   def_verify(&verify<double>);
   def_verify(&verify<float>);
   m.def("onehot", &onehot, py::arg("px"), py::arg("budgets"), py::arg("divergence"), py::arg("keep"));
+  const auto def_tree = [&m](auto fn) {
+    m.def("tree", fn, py::arg("target").noconvert(), py::arg("tokens"), py::arg("parents"), py::arg("num_nodes"), py::arg("uniforms"),
+          py::arg("budgets"), py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(),
+          py::arg("given") = py::none(), py::arg("keep") = true, py::arg("length") = true, py::arg("threads") = 0,
+          py::arg("rtol") = kInf);
+  };
+  def_tree(&tree<double>);
+  def_tree(&tree<float>);
+  m.def("tree_node_masses", &tree_node_masses, py::arg("P"), py::arg("w"), py::arg("budgets"), py::arg("code"), py::arg("keep"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));
@@ -709,6 +837,18 @@ PYBIND11_MODULE(_core, m) {
         return out;
       },
       py::arg("code"), py::arg("t"), py::arg("side") = 1);
+  // (f̃')⁻¹(y) of the tilted generator at each y (0 below f̃'(0⁺), ∞ from f̃∞).
+  m.def(
+      "generator_dfinv_array",
+      [](int code, carray<double> y) {
+        const Generator g = generator(code);
+        carray<double> out(y.request().shape);
+        const double* x = y.data();
+        double* o = out.mutable_data();
+        for (py::ssize_t i = 0; i < y.size(); ++i) o[i] = generator_dfinv(g, x[i]);
+        return out;
+      },
+      py::arg("code"), py::arg("y"));
   // λ, μ (solve.hpp, dual_params) from thresholds, as the batched solve returns them per row.
   m.def(
       "dual",

@@ -36,7 +36,10 @@ if [ "${1:-}" = "--fuzz" ]; then
   shift
   RUN=(fuzz/fuzz_core.py)
 elif [ $# -eq 0 ]; then
-  set -- tests/test_reliability.py tests/test_errors.py tests/test_path.py -q -x -p no:cacheprovider
+  # draft trees (cpp/mentored/tree.hpp): chains, the node solver at its extremes, the law, greedy walks
+  set -- tests/test_reliability.py tests/test_errors.py tests/test_path.py tests/test_tree.py::test_a_chain_is_rejection_sample_without_draft_probs \
+    tests/test_tree.py::test_the_core_node_solver_at_ties_and_extremes tests/test_tree.py::test_the_emitted_law_at_each_node_is_its_verifier \
+    tests/test_tree.py::test_greedy_requests_follow_the_argmax -q -x -p no:cacheprovider
 fi
 LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=1 \

@@ -76,6 +76,29 @@ def torch_one_thread():
 
 
 @pytest.fixture(scope="session")
+def host_reads():
+    """A torch function mode that records every call that, on a device, would copy a tensor's values
+    to the host and wait for it: ``with host_reads() as mode: ...``, then ``mode.reads``. (``.to(device)``
+    is not among them: the code moves to its inputs' device, in the tests the CPU.)"""
+    torch = pytest.importorskip("torch")
+
+    class HostReads(torch.overrides.TorchFunctionMode):
+        READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.__bool__, torch.Tensor.__int__,
+                 torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.__array__}
+
+        def __init__(self):
+            super().__init__()
+            self.reads = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in self.READS:
+                self.reads.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    return HostReads
+
+
+@pytest.fixture(scope="session")
 def custom_divergence():
     """``Divergence.from_sympy`` for the tests' custom generators. Sympy solves f'(t) = y for each of
     them but Jeffreys' (t − 1) log t (a Lambert W), whose conjugate is then found by bisection, and a

@@ -94,6 +94,39 @@ def test_generator_and_derivative_to_rounding(name):
             assert abs(mpmath.mpf(float(g)) - w) <= 1e-14 * max(abs(w), abs(c), 1e-300), f"f' at {x!r}: {g!r}"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_derivative_inverse_to_rounding(name):
+    """(f̃′)⁻¹ (the draft trees' levels) in numpy, torch and the core, against t itself at y = f̃′(t)
+    (40 digits, then rounded): to a few ulps of t where that is well conditioned, and to the ulp of
+    y carried through 1/f″ elsewhere; 0 from f̃′(0⁺) down and inf from f̃∞ up. tv's level sets are
+    intervals: its documented selection (0, 1, inf)."""
+    div = mentored.divergence(name)
+    spec, code = div.builtin, int(div.compiled)
+    t = sp.Symbol("t", positive=True)
+    f = div.builtin.source(t)
+    f_inf = div.f_inf - div.tilt
+    ends = np.array([-np.inf, f_inf, f_inf + 1.0, np.inf])
+    want_ends = np.array([0.0, np.inf, np.inf, np.inf])
+    if name == "tv":
+        y = np.array([-2.0, -0.5000001, -0.4, 0.0, 0.4, 0.5000001, 3.0])
+        want = np.array([0.0, 0.0, 1.0, 1.0, 1.0, np.inf, np.inf])
+        assert np.array_equal(_np_form(spec.fprime_inv_tilde, y), want)
+        assert np.array_equal(_core.generator_dfinv_array(code, y), want)
+        return
+    dfp, d2 = _hp(sp.diff(f, t) - div.tilt, t), _hp(sp.diff(f, t, 2), t)
+    grid = T[(T > 1e-200) & (T < 1e200)]
+    y = np.array([float(dfp(x)) for x in grid])
+    keep = np.isfinite(y) & (y < f_inf)
+    for got in (_np_form(spec.fprime_inv_tilde, y[keep]), _core.generator_dfinv_array(code, y[keep])):
+        for x, yy, g in zip(grid[keep], y[keep], got):
+            cond = abs(yy) / (mpmath.mpf(float(x)) * d2(x)) * 2.0**-52  # y's rounding, through dt/dy = 1/f″
+            assert abs(mpmath.mpf(float(g)) - mpmath.mpf(float(x))) <= 4e-16 * x + 4 * cond * x + 1e-300, (name, x, yy, g)
+    if name == "chi2":
+        ends, want_ends = np.append(ends, -2.5), np.append(want_ends, 0.0)  # f̃′(0⁺) = −2: a level of 0 below it
+    assert np.array_equal(_np_form(spec.fprime_inv_tilde, ends), want_ends)
+    assert np.array_equal(_core.generator_dfinv_array(code, ends), want_ends)
+
+
 # The core's f̃ at many ratios (BuiltinF::many, one vectorised loop per generator, which
 # _core.generator_f_array runs) against its scalar generator_f, one call per ratio
 # (_core_testing.generator_f_loop). They may differ by rounding only: by at most _MANY_ULPS ulps of
@@ -253,6 +286,8 @@ def test_torch_forms_are_the_numpy_forms(name):
     x = torch.tensor(T)
     for form in (spec.f_tilde, spec.fprime_tilde):
         np.testing.assert_allclose(form(ops, x).numpy(), _np_form(form, T), rtol=1e-15, atol=0)
+    levels = np.linspace(-3, 0.9, 14)
+    np.testing.assert_allclose(spec.fprime_inv_tilde(ops, torch.tensor(levels)).numpy(), _np_form(spec.fprime_inv_tilde, levels), rtol=1e-15)
     y = np.linspace(-3, 0.3, 12)
     np.testing.assert_allclose(spec.conjugate_tilde(ops, torch.tensor(y)).numpy(), _np_form(spec.conjugate_tilde, y), rtol=1e-15)
     xs, ys = np.array([0.0, 0.2, 1e-300, 0.7]), np.array([0.5, 3.5e-323, 1.0, 1e-310])

@@ -607,7 +607,7 @@ def _inverse_cdfs(text: str) -> list[str]:
     import re
 
     found = []
-    for m in re.finditer(r"^(?:template <[^>]*>\s*)?[\w:<>]+\s+(\w+)\(([^)]*)\)\s*(?:const\s*)?\{", text, re.M):
+    for m in re.finditer(r"^(?:template <[^>]*>\s*)?(?:(?:inline|static|constexpr)\s+)*[\w:<>]+\s+(\w+)\(([^)]*)\)\s*(?:const\s*)?\{", text, re.M):
         depth, i = 1, m.end()
         while depth and i < len(text):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
@@ -620,15 +620,17 @@ def _inverse_cdfs(text: str) -> list[str]:
 
 def test_the_host_rule_is_written_once():
     # accept / first rejection / residual in C++ is speculative.hpp's inverse_cdf, decide (dense drafts)
-    # and verify_request (token-only, greedy, placeholders): a second copy of the rule fails here.
+    # and land (a uniform walking masses: a token-only draft's test, a tree node's children in
+    # tree.hpp): a second copy of the rule fails here.
     owners = {}
     for path in sorted((PACKAGE.parent / "cpp").rglob("*.[ch]pp")):
         for name in _inverse_cdfs(path.read_text(encoding="utf-8")):
             owners.setdefault(name, []).append(path.name)
-    assert owners == {"inverse_cdf": ["speculative.hpp"], "decide": ["speculative.hpp"], "verify_request": ["speculative.hpp"]}, owners
+    assert owners == {"inverse_cdf": ["speculative.hpp"], "decide": ["speculative.hpp"], "land": ["speculative.hpp"]}, owners
 
 
 def test_the_host_rule_check_sees_a_copy():
     copy = "double draw(const double* w, std::size_t V, double u) {\n  double c = 0.0;\n  for (;;) { c += w[0]; }\n}\n"
     accept = "template <class T>\nbool keep(const T* u, double pi) {\n  return u[0] * 2.0 < pi;\n}\n"
-    assert _inverse_cdfs(copy) == ["draw"] and _inverse_cdfs(accept) == ["keep"]
+    walk = "inline std::size_t walk(const double* m, const double* u) {\n  return u[0] < m[0] ? 0 : 1;\n}\n"
+    assert _inverse_cdfs(copy) == ["draw"] and _inverse_cdfs(accept) == ["keep"] and _inverse_cdfs(walk) == ["walk"]

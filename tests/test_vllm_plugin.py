@@ -513,25 +513,8 @@ def test_v2_layout_gives_ids_in_range_for_rows_without_a_law(rng, fill):
             assert bool(((got >= 0) & (got < V)).all()), (dense, fill, sampled)
 
 
-class _HostReads(torch.overrides.TorchFunctionMode):
-    """Records every call that, on a device, would copy a tensor's values to the host and wait for it."""
-
-    READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.cpu, torch.Tensor.__bool__, torch.Tensor.__int__,
-             torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero, torch.Tensor.__array__}
-
-    def __init__(self):
-        super().__init__()
-        self.reads = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self.READS:  # (.to(device) is not among them: the code moves to the logits' device, here the CPU)
-            self.reads.append(getattr(func, "__name__", str(func)))
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("dense", [True, False])
-def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense):
+def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense, host_reads):
     """Given vLLM's host copies (cu_num_logits_np, temperature.np, idx_mapping_np), verify_logits on the
     device algorithm (the one a GPU runs; here on CPU tensors) reads no tensor back to the host: the
     uniforms come from position_uniforms on the device, p_x from the logit. Given the layout as a
@@ -546,11 +529,11 @@ def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense):
     cfg = vp.MentoredConfig("kl", 0.1)
     want = vp.verify_logits(**b, config=cfg)
     host = dict(b, cu_num_logits=b["cu_num_logits"].numpy(), temperature=b["temperature"].numpy(), idx_mapping_np=b["idx_mapping"].numpy())
-    with _HostReads() as mode:
+    with host_reads() as mode:
         got = vp.verify_logits(**host, config=cfg)
     assert mode.reads == []
     assert all(torch.equal(g, w) for g, w in zip(got, want))
-    with _HostReads() as mode:
+    with host_reads() as mode:
         vp.verify_logits(**b, config=cfg)
     assert mode.reads
 
@@ -576,7 +559,7 @@ def test_position_uniforms_are_uniform_and_keyed_by_seed_and_position():
     assert bool(((neg >= 0) & (neg < 1)).all()) and not torch.equal(neg, u[:5])
 
 
-def test_v2_sampler_verifies_each_chunk_from_vllms_host_layout(rng, monkeypatch):
+def test_v2_sampler_verifies_each_chunk_from_vllms_host_layout(rng, monkeypatch, host_reads):
     """The v2 sampler in vLLM's call order: _verify_in_chunks splits the batch into request chunks and
     hands each _verify the device copy of its layout; the subclass takes the chunk's layout from
     input_batch.cu_num_logits_np and the temperatures from temperature.np instead, reading nothing
@@ -610,7 +593,7 @@ def test_v2_sampler_verifies_each_chunk_from_vllms_host_layout(rng, monkeypatch)
     built = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler(sampler, spec, torch.device("cpu"))
     batch = SimpleNamespace(cu_num_logits=b["cu_num_logits"], cu_num_logits_np=cu_np, idx_mapping=b["idx_mapping"],
                             idx_mapping_np=b["idx_mapping"].numpy())
-    with _HostReads() as mode:
+    with host_reads() as mode:
         got = built._verify_in_chunks(b["logits"], batch, None, b["draft_sampled"], b["pos"])
     assert mode.reads == []
     assert built._layout is None

@@ -112,6 +112,9 @@ constexpr double kLn2x128 = 128.0 * 0.69314718055994530942;
 //                side > 0, from the left otherwise (generator_df adds t = ∞). Written without
 //                cancellation near t = 1, where f̃' is small: λ = 1/(f'(t_hi) − f'(t_lo)) at a small
 //                budget is the reciprocal of a difference of two such values;
+//   dfinv(y)     (f̃')⁻¹(y), the t ≥ 0 where f̃'(t) = y: 0 from f̃'(0⁺) down, ∞ from f̃∞ up (where f̃' has
+//                a flat piece, tv's, one point of the level set: the tree's weighted verifier solves tv
+//                as the linear program it is, and reads no dfinv of it);
 //   f_inf        f̃∞ = lim f̃(t)/t;
 //   tilt         c = f'(1) of the untilted generator (tv: the subgradient 0), f = f̃ + c·(t − 1);
 //   huge(y, u)   the perspective y·f̃(t) at t = u·2¹²⁸ > DBL_MAX, y > 0, from x = t·y = u·(y·2¹²⁸)
@@ -126,6 +129,7 @@ struct Tv {
   static constexpr double tilt = 0.0;
   static double f(double t) { return 0.5 * std::fabs(t - 1.0); }
   static double df(double t, int side) { return t > 1.0 ? 0.5 : t < 1.0 ? -0.5 : (side > 0 ? 0.5 : -0.5); }
+  static double dfinv(double y) { return y < -0.5 ? 0.0 : y > 0.5 ? kInf : 1.0; }
   static double huge(double y, double u) {
     const double x = u * (y * kHugeUp);
     return 0.5 * (x - y);
@@ -141,6 +145,7 @@ struct Kl {  // f = t log t
   static constexpr double tilt = 1.0;
   static double f(double t) { return t > 0.0 ? t * log_near_1(t) - (t - 1.0) : 1.0; }
   static double df(double t, int) { return t > 0.0 ? log_near_1(t) : -kInf; }  // log t
+  static double dfinv(double y) { return std::exp(y); }
   static double huge(double y, double u) {  // y(t log t − t + 1)
     const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
     return x * (log_t - 1.0) + y;
@@ -159,6 +164,7 @@ struct ReverseKl {  // f = −log t
   static constexpr double tilt = -1.0;
   static double f(double t) { return t > 0.0 ? (t - 1.0) - log_near_1(t) : kInf; }
   static double df(double t, int) { return t > 0.0 ? (t - 1.0) / t : -kInf; }  // 1 − 1/t
+  static double dfinv(double y) { return y < 1.0 ? 1.0 / (1.0 - y) : kInf; }
   static double huge(double y, double u) {  // y(t − 1 − log t)
     const double x = u * (y * kHugeUp), log_t = std::log(u) + kLn2x128;
     return (x - y) - y * log_t;
@@ -177,6 +183,7 @@ struct Chi2 {  // f = (t − 1)²
   static constexpr double tilt = 0.0;
   static double f(double t) { return (t - 1.0) * (t - 1.0); }
   static double df(double t, int) { return 2.0 * (t - 1.0); }  // 2(t − 1)
+  static double dfinv(double y) { return y > -2.0 ? 1.0 + 0.5 * y : 0.0; }
   static double huge(double y, double u) {  // y(t − 1)² = (x − y)²/y: the quotient alone overflows where x − y < 1
     const double x = u * (y * kHugeUp);
     const double d = x - y, a = d * (d / y);
@@ -195,6 +202,7 @@ struct NeymanChi2 {  // f = (t − 1)²/t
   static double df(double t, int) {  // 1 − 1/t², without t² (which overflows past 1.3e154)
     return t > 0.0 ? ((t - 1.0) / t) * ((t + 1.0) / t) : -kInf;
   }
+  static double dfinv(double y) { return y < 1.0 ? 1.0 / std::sqrt(1.0 - y) : kInf; }  // 1/√(1 − y)
   static double huge(double y, double u) {  // y(t − 1)²/t
     const double x = u * (y * kHugeUp);
     return (x - y) * ((x - y) / x);
@@ -216,6 +224,10 @@ struct Hellinger {  // f = (√t − 1)²
     return r * r;
   }
   static double df(double t, int) { return t > 0.0 ? (t - 1.0) / (t + std::sqrt(t)) : -kInf; }  // 1 − 1/√t = (t − 1)/(t + √t)
+  static double dfinv(double y) {  // 1/(1 − y)²
+    const double r = y < 1.0 ? 1.0 / (1.0 - y) : kInf;
+    return r * r;
+  }
   static double huge(double y, double u) {  // y(√t − 1)²
     const double x = u * (y * kHugeUp);
     const double r = std::sqrt(x) - std::sqrt(y);
@@ -254,6 +266,10 @@ struct Js {  // f = ½[t log(2t/(1+t)) + log(2/(1+t))]
     if (t > 3.0) return 0.5 * (ln2 - std::log1p(1.0 / t));
     if (t < 1.0 / 3.0) return 0.5 * std::log(2.0 * t / (1.0 + t));
     return 0.5 * std::log1p((t - 1.0) / (t + 1.0));
+  }
+  static double dfinv(double y) {  // 2t/(1 + t) = e^{2y}: t = e^{2y}/(1 − e), e = expm1(2y) < 1 (both parts to their ulp)
+    const double e = std::expm1(2.0 * y);
+    return e < 1.0 ? std::exp(2.0 * y) / (1.0 - e) : kInf;
   }
   static double huge(double y, double u) {  // ½[x log(2x/(x+y)) + y log(2y/(x+y))]
     const double ln2 = 0.69314718055994530942;
@@ -359,6 +375,7 @@ struct NoGenerator {
   static constexpr double tilt = kNaN;
   static double f(double) { return kNaN; }
   static double df(double, int) { return kNaN; }
+  static double dfinv(double) { return kNaN; }
   static double huge(double, double) { return kNaN; }
   static void many(const double*, std::size_t n, double* out) {
     for (std::size_t i = 0; i < n; ++i) out[i] = kNaN;
@@ -414,6 +431,11 @@ inline double generator_df(Generator g, double t, int side) {
   return visit_generator(g, [t, side](auto G) { return decltype(G)::df(t, side); });
 }
 
+// (f̃')⁻¹(y) for y in [−∞, ∞]: the t ≥ 0 with f̃'(t) = y (0 below f̃'(0⁺), ∞ from f̃∞ up).
+inline double generator_dfinv(Generator g, double y) {
+  return visit_generator(g, [y](auto G) { return decltype(G)::dfinv(y); });
+}
+
 // The perspective y·f(t) of a built-in at t = u·2¹²⁸ > DBL_MAX, y > 0 (each type's huge).
 inline double generator_term_huge(Generator g, double y, double u) {
   return visit_generator(g, [y, u](auto G) { return decltype(G)::huge(y, u); });
@@ -449,6 +471,9 @@ struct BuiltinF {
   double operator()(double t) const { return generator_f(g, t); }
   // f'(t) of the untilted generator, one-sided at a kink (generator_df).
   double fprime(double t, int side) const { return generator_df(g, t, side) + generator_tilt(g); }
+  // f̃'(t) and its inverse (the tilted generator's, as the tree's weighted verifier reads them).
+  double df(double t) const { return generator_df(g, t, 1); }
+  double dfinv(double y) const { return generator_dfinv(g, y); }
   double huge(double y, double u) const { return generator_term_huge(g, y, u); }
   // f at n ratios in [0, ∞]: the generator's vectorised loop.
   void many(const double* t, std::size_t n, double* out) const {

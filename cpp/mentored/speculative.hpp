@@ -40,7 +40,7 @@
 
 namespace mentored {
 
-// Statuses of a step (mentored/speculative.py maps them to errors, naming request and position).
+// Statuses of a step or a tree (the Python side maps them to errors, naming request and position or node).
 enum class StepStatus : int {
   ok = 0,
   bad_token = 1,    // a draft id outside [0, V) (−1 too, where placeholders are not allowed)
@@ -49,6 +49,8 @@ enum class StepStatus : int {
   unreachable = 4,  // zeros = keep: the end of the finite curve out of reach (rounding)
   bad_bonus = 5,    // a bonus id outside [0, V)
   off_sum = 6,      // a row sums to 1 only beyond the caller's tolerance
+  bad_parent = 7,   // a tree's parent not before its node (tree.hpp), or a second root
+  duplicate_token = 8,  // two children of a tree node carry one token (tree.hpp)
 };
 
 inline StepStatus step_status(Status st) {
@@ -78,6 +80,18 @@ std::int64_t inverse_cdf(const W& w, std::size_t V, double u) {
     if (c > level && wi > 0.0) return static_cast<std::int64_t>(i);
   }
   return last;  // level ≥ the running sum only by rounding: the last token with mass
+}
+
+// Where a uniform lands among the masses m[0..k) laid end to end from 0: the first c with
+// u[0] < m[0] + … + m[c], or k past them all (the rest of π). A tree node walks its children's
+// π masses so (tree.hpp); a token-only draft is its one child: accepted iff u[0] < π_x.
+inline std::size_t land(const double* m, std::size_t k, const double* u) {
+  double acc = 0.0;
+  for (std::size_t c = 0; c < k; ++c) {
+    acc += m[c];
+    if (u[0] < acc) return c;
+  }
+  return k;
 }
 
 // Position j of a row: accept x iff u0·q_x/Σq < π_x; else the residual token. Returns the token and
@@ -342,7 +356,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
         double a;
         if constexpr (std::is_same_v<F, GivenF>) a = st.pi_x[s + j];
         else a = onehot_pi_x(f, static_cast<double>(pj[x]) / stats[0], st.eps[(s + j) * st.eps_step], st.keep);
-        accepted = uj[0] < a;
+        accepted = land(&a, 1, uj) == 0;
         if (!accepted) {
           y = inverse_cdf([&](std::size_t i) { return i == static_cast<std::size_t>(x) ? 0.0 : static_cast<double>(pj[i]); }, V, uj[1]);
           if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, uj[1]);

@@ -1,8 +1,9 @@
 r"""The host backend: numpy arrays and CPU tensors, computed by the compiled core on zero-copy views.
 
 Every host computation of the package is here: :func:`mentored.solve` (``solve_arrays``), the
-speculative step (``step_arrays``) and the serving layout (``verify_arrays``), each one call of
-``mentored._core`` after the checks of its arguments (docs/serving.md). A CPU tensor is read in place
+speculative step (``step_arrays``), the serving layout (``verify_arrays``) and draft trees
+(``tree_arrays``), each one call of ``mentored._core`` after the checks of its arguments
+(docs/serving.md). A CPU tensor is read in place
 (its numpy view) and the answer comes back as a tensor, through the converters the torch backend
 gives this backend (:class:`HostBackend`); nothing here imports torch.
 """
@@ -19,9 +20,9 @@ from ..check.inputs import (
 from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
 from .protocol import Solved
-from .shared import given_uniforms, onehot_bisection
+from .shared import LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
-__all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi"]
+__all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
 
 class HostBackend:
@@ -74,6 +75,18 @@ class HostBackend:
         args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
         return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
+
+    def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize):
+        if uniforms is not None:
+            u = given_uniforms(self.to_host(uniforms, "uniforms"), plan.N)
+        elif generators is None and plan.greedy.all():
+            u = np.zeros((plan.N, 2))  # greedy requests only (or tree_verifier): no uniform is read
+        elif self.views is not None:
+            u = self.views.uniforms(plan, generators)
+        else:
+            u = uniforms_arrays(plan, generators)
+        out = tree_arrays(plan, self.to_host(tokens, "tokens"), self.to_host(target_probs, "target_probs"), u, zeros, threads, normalize)
+        return tuple(self.like(x) for x in out)
 
     def onehot(self, p_x, budget, divergence, zeros):
         px, eps = (np.asarray(self.to_host(x, name), dtype=np.float64) for x, name in ((p_x, "p_x"), (budget, "budget")))
@@ -290,15 +303,20 @@ def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) 
     code = core_divergence(div)
     if code is not None:
         return _core.onehot(px, eps, code, zeros == "keep")
+    with np.errstate(all="ignore"):
+        return onehot_bisection(np, px, eps, div, zeros, _perspective(div))
+
+
+def _perspective(div):
+    """y·f̃(x/y) (y > 0) of a user generator, in numpy; its limit y·f̃∞·(x/y) where x/y overflows."""
     f_inf = div.f_inf - div.tilt
 
-    def term(x, y):  # y·f̃(x/y) of a user generator; its limit y·f̃∞·(x/y) where x/y overflows
+    def term(x, y):
         r = x / y
         huge = r > 1e100
         return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
 
-    with np.errstate(all="ignore"):
-        return onehot_bisection(np, px, eps, div, zeros, term)
+    return term
 
 
 _RNG = np.random.default_rng()  # unseeded requests on numpy input (CPU tensors: torch's global RNG)
@@ -420,3 +438,54 @@ def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
     return pi, pi_x
 
 
+
+
+# ---------------------------------------------------------------- draft trees
+
+
+def tree_arrays(plan, tokens, target_probs, u, zeros, threads, normalize):
+    """:func:`mentored.verify.serving.tree_sample` on host memory, uniforms ``u`` (N, 2) drawn: one call
+    of the compiled core (``_core.tree``), which checks every row as it reads it. Built-ins are solved
+    there; a user generator's node verifiers are solved first, in numpy (``node_masses``, from its
+    f̃′ and (f̃′)⁻¹), and handed to the core, which walks them. Returns (out, last, accept, value)."""
+    p = floats(target_probs, "target_probs")
+    if p.ndim != 2 or p.shape[0] != plan.N:
+        raise ValueError(f"target_probs must have shape (num_nodes, V) = ({plan.N}, V), got {p.shape}")
+    p = np.ascontiguousarray(p)
+    tok = plan.check_tokens(tokens, p.shape[1])
+    divs = [int(d.compiled) if d.compiled is not None else None for d in plan.divs]
+    given = _given_tree(plan, tok, p, zeros) if None in divs else None
+    rtol = sum_rtol(p.dtype, normalize)
+    out, last, accept, value, bad, status, node, stats = _core.tree(
+        p, tok, plan.parents, plan.counts, u, plan.eps, divs, plan.which, plan.greedy_or_none, given, zeros == "keep", plan.length,
+        threads_arg(threads), rtol,
+    )
+    if bad >= 0:
+        i = int(plan.starts[bad]) + int(node)
+        member = _core.StepStatus(int(status))
+        err = row_error("target_probs", p.dtype, stats, plan.where(i), normalize) if member in _ROW_STATUSES else None
+        if err is not None:
+            raise err
+        raise RuntimeError(f"the core refused the tree of {plan.where(i)} ({member.name}) after its checks passed; please report this")
+    return out, last, accept, value
+
+
+def _given_tree(plan, tok, p, zeros):
+    """π_parent(x_j) at every node of the requests whose divergence the core does not evaluate (user
+    generators), by the rule of the core in numpy; 0 elsewhere (the core solves those)."""
+    sums = _core.row_stats(p)[:, 0]
+    child = plan.gp >= 0
+    P_child = np.zeros(plan.N)
+    P_child[child] = p[plan.gp[child], tok[child]] / sums[plan.gp[child]]
+
+    def solve(div, P, w, eps, weighted):
+        if div.compiled is not None:
+            return np.zeros_like(P)
+        c = div.tilt
+        forms = LevelForms(_perspective(div), lambda t: div.fprime(t) - c, lambda y: div.fprime_inv(y + c))
+        with np.errstate(all="ignore"):
+            return node_masses(np, P, w, eps, div, zeros, forms, weighted)
+
+    with np.errstate(all="ignore"):
+        accept, _ = tree_masses(np, plan, P_child, plan.eps_node, None, solve, np.asarray)
+    return np.ascontiguousarray(accept)

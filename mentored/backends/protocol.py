@@ -26,8 +26,8 @@ class Solved(NamedTuple):
 
 class Backend(Protocol):
     """What an entry point asks of a backend: its array namespace, the conversions to host memory and
-    back to the input's kind, and the three computations, each with the entry point's arguments
-    after its own checks (``plan``: serving's layout of the call)."""
+    back to the input's kind, and the computations, each with the entry point's arguments
+    after its own checks (``plan``: serving's layout of the call, or of the batch of trees)."""
 
     name: str
     xp: Any  # the array namespace: numpy, or torch
@@ -43,5 +43,7 @@ class Backend(Protocol):
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads,
                validate, normalize, logits=False) -> Any: ...
+
+    def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize) -> tuple: ...
 
     def onehot(self, p_x, budget, divergence, zeros) -> Any: ...

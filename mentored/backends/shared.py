@@ -1,14 +1,17 @@
-"""What the host and the torch backend compute the same way: the token-only bisection, in the array
-namespace each passes (numpy or torch), and the check of given uniforms."""
+"""What the host and the torch backend compute the same way, in the array namespace each passes
+(numpy or torch): the token-only bisection, the verifiers of a draft tree's nodes, and the check of
+given uniforms."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from typing import Callable, NamedTuple
+
 from .. import _core
 from ..divergences import Divergence
 
-__all__ = ["onehot_bisection", "given_uniforms"]
+__all__ = ["onehot_bisection", "given_uniforms", "LevelForms", "node_masses", "tree_masses"]
 
 _BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80, as the core's
 
@@ -54,3 +57,187 @@ def given_uniforms(uniforms, T: int) -> np.ndarray:
     if not bool(((u >= 0) & (u < 1)).all()):
         raise ValueError("uniforms must lie in [0, 1)")
     return u
+
+
+# ---------------------------------------------------------------- draft trees (cpp/mentored/tree.hpp)
+
+# k-ary searches: 2^b points a step narrow a bracket 2^b-fold. A device takes 16 (few steps, each
+# launched once); numpy, on the host, 4 (fewer points a step, less memory). 64 bits of the top
+# class's mass in [P_T, 1], 56 of log₂ θ in [−1100, 1100] (the core's range; 2200·2⁻⁵⁶ = 3e-14).
+_LEVEL_BITS, _THETA_BITS = 64, 56
+_LOG2_THETA = 1100.0
+
+
+class LevelForms(NamedTuple):
+    """A divergence as the weighted verifier reads it: ``term(x, y)`` = y·f̃(x/y) for y > 0, f̃′ and
+    (f̃′)⁻¹ (0 from f̃′(0⁺) down, inf from f̃∞ up), on arrays of the namespace."""
+
+    term: Callable
+    df: Callable
+    dfinv: Callable
+
+
+def node_masses(xp, P, w, eps, div: Divergence, zeros: str, forms: LevelForms, weighted: bool = True):
+    r"""The class masses :math:`m` of tree nodes' verifiers, row by row: the rule of
+    ``cpp/mentored/tree.hpp`` (``node_masses``) in the namespace ``xp``, vectorised over rows.
+
+    ``P`` (R, n): class 0 the complement of the node's children, 1.. its children, padding with
+    ``w = -inf`` (and P = 0); ``w`` the weights (``w[:, 0] = 0``); ``eps`` (R,). Solves
+    :math:`\max \sum_j w_j m_j` s.t. :math:`\sum_j m_j = 1`,
+    :math:`\sum_{P_j>0} P_j \tilde f(m_j/P_j) + \tilde f_\infty \sum_{P_j=0} m_j \le \varepsilon`
+    (``keep``: no mass where :math:`P_j = 0`). Children of equal weights: the set verifier
+    (:func:`onehot_bisection` at :math:`P(S)`); tv: its linear program; otherwise the stationarity
+    :math:`\tilde f'(m_j/P_j) = \sigma - \theta(w_{top} - w_j)` with a bisection on the top class's
+    mass inside one on :math:`\log_2\theta` (fixed counts: no host synchronisation on a device).
+    ``weighted=False``: the caller knows every row's children have equal weights (the general
+    solve is skipped)."""
+    keep = zeros == "keep"
+    real = w > -np.inf
+    pos = P > 0
+    kids = real[:, 1:]
+    equal = ((w[:, 1:] == w[:, 1:2]) | ~kids).all(-1)
+    # the set verifier
+    PS = xp.clip(xp.where(kids, P[:, 1:], 0.0).sum(-1), None, 1.0)
+    a = onehot_bisection(xp, PS, eps, div, zeros, forms.term)
+    some = PS > 0
+    share = xp.where(some[:, None], P[:, 1:] / xp.where(some, PS, 1.0)[:, None], 0.0)
+    first = _first_of(xp, kids)
+    m_set = xp.concatenate([(1.0 - a)[:, None], a[:, None] * xp.where(some[:, None], share, first * 1.0)], -1)
+    m = xp.where(equal[:, None], m_set, P)
+    if weighted:
+        general = _tv_masses(xp, P, w, eps, keep, real, pos) if div.compiled == _core.Generator.tv else \
+            _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos)
+        m = xp.where(equal[:, None], m, general)
+    return xp.where((eps > 0)[:, None], m, P)
+
+
+def _first_of(xp, mask):
+    """The first True of each row (all False where none), column by column (a few columns)."""
+    first, seen = xp.zeros_like(mask), xp.zeros_like(mask[:, 0])
+    for j in range(mask.shape[-1]):
+        first[:, j] = mask[:, j] & ~seen
+        seen = seen | mask[:, j]
+    return first
+
+
+def _tv_masses(xp, P, w, eps, keep, real, pos):
+    """tv's linear program, vectorised: min(ε, the mass off the top weight) moves from the lowest
+    weights (in proportion to P within a weight) to the top weight (in proportion to P there, all to
+    its first class where P = 0 on it)."""
+    eligible = real & (pos | (not keep))
+    w_max = xp.amax(xp.where(eligible, w, -np.inf), -1)
+    top = eligible & (w == w_max[:, None])
+    PT = xp.where(top, P, 0.0).sum(-1)
+    donor = pos & ~top
+    delta = xp.minimum(eps, xp.where(donor, P, 0.0).sum(-1))
+    wd = xp.where(donor, w, np.inf)
+    Pd = xp.where(donor, P, 0.0)
+    below = (Pd[:, None, :] * (wd[:, None, :] < wd[:, :, None])).sum(-1)  # mass of lower weights, per class
+    at = (Pd[:, None, :] * (wd[:, None, :] == wd[:, :, None])).sum(-1)
+    take = xp.minimum(xp.clip(delta[:, None] - below, 0.0, None), at)
+    drained = xp.where(take < at, P - take * (P / xp.where(at > 0, at, 1.0)), 0.0)
+    some = PT > 0
+    gain = xp.where(some[:, None], P + delta[:, None] * (P / xp.where(some, PT, 1.0)[:, None]),
+                    xp.where(_first_of(xp, top), delta[:, None], 0.0))
+    return xp.where(top, gain, xp.where(donor, drained, P))
+
+
+def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
+    """The weighted verifier of a strictly convex divergence (cpp/mentored/tree.hpp, kkt_masses): the
+    same stationarity, its two roots found by k-ary searches of fixed length instead of the core's
+    regula falsi, so that a device runs a few hundred steps, none of which reads a value back."""
+    df, dfinv, term = forms.df, forms.dfinv, forms.term
+    f_inf = div.f_inf - div.tilt
+    w_top = xp.amax(xp.where(pos, w, -np.inf), -1)
+    d = xp.where(pos, w_top[:, None] - w, -1.0)
+    top = pos & (d == 0)
+    others = d > 0
+    gap = xp.where(others, d, 0.0)
+    PT = xp.where(top, P, 0.0).sum(-1)
+    PT1 = xp.where(PT > 0, PT, 1.0)
+    Ppos = xp.where(pos, P, 1.0)
+    has_z = None
+    if not keep and np.isfinite(f_inf):
+        zc = real & ~pos & (w > w_top[:, None])
+        wz = xp.amax(xp.where(zc, w, -np.inf), -1)
+        z = _first_of(xp, zc & (w == wz[:, None]))
+        has_z = zc.any(-1)
+        z_gap = xp.where(has_z, wz - w_top, 0.0)
+    bits = 2 if xp is np else 4
+    kary = 2**bits
+    frac = xp.arange(1, kary, dtype=P.dtype, device=P.device) / kary
+
+    def rows(x, extra):  # a per-row array, broadcast against extra leading axes of θ
+        return x.reshape(x.shape[:1] + (1,) * extra + x.shape[1:])
+
+    def masses(theta):
+        """(masses [..., n], D [...]) at θ of shape (R,) + extra axes."""
+        e = theta.ndim - 1
+        PT_, PT1_ = rows(PT, e), rows(PT1, e)
+        Pc, gapc, othc = rows(P, e + 1), rows(gap, e + 1), rows(others, e + 1)  # against the candidates' axis too
+        lo, hi = PT_ + 0.0 * theta, 1.0 + 0.0 * theta
+        for _ in range(_LEVEL_BITS // bits):  # Σ m = 1 in the top class's mass
+            x = lo[..., None] + (hi - lo)[..., None] * frac
+            s = df(x / PT1_[..., None])
+            lv = dfinv(s[..., None] - theta[..., None, None] * gapc)
+            total = x + xp.where(othc, Pc * lv, 0.0).sum(-1)
+            k = (total <= 1.0).sum(-1) * 1.0
+            lo, hi = lo + (hi - lo) * (k / kary), xp.minimum(lo + (hi - lo) * ((k + 1) / kary), hi)
+        mT = lo
+        if has_z is not None:
+            mT = xp.where(rows(has_z, e), xp.minimum(mT, PT_ * dfinv(f_inf - theta * rows(z_gap, e))), mT)
+        s = df(mT / PT1_)
+        P_ = rows(P, e)
+        mm = xp.where(rows(top, e), P_ * (mT / PT1_)[..., None],
+                      xp.where(rows(others, e), P_ * dfinv(s[..., None] - theta[..., None] * rows(gap, e)), 0.0))
+        D = xp.where(rows(pos, e), term(mm, rows(Ppos, e)), 0.0).sum(-1)
+        if has_z is not None:
+            mz = xp.where(rows(has_z, e), xp.clip(1.0 - mm.sum(-1), 0.0, None), 0.0)
+            mm = xp.where(rows(z, e), mz[..., None], mm)
+            D = D + f_inf * mz
+        return mm, D
+
+    m_all, D_all = masses(xp.full_like(PT, np.inf))
+    lo, hi = xp.full_like(PT, -_LOG2_THETA), xp.full_like(PT, _LOG2_THETA)
+    for _ in range(_THETA_BITS // bits):  # D = ε in log₂ θ
+        u = lo[:, None] + (hi - lo)[:, None] * frac
+        k = (masses(2.0 ** u)[1] <= eps[:, None]).sum(-1) * 1.0
+        lo, hi = lo + (hi - lo) * (k / kary), xp.minimum(lo + (hi - lo) * ((k + 1) / kary), hi)
+    m = xp.where((D_all <= eps)[:, None], m_all, masses(2.0 ** lo)[0])
+    m = m / m.sum(-1)[:, None]
+    trivial = ~others.any(-1) if has_z is None else ~others.any(-1) & ~has_z
+    return xp.where(trivial[:, None], P, m)
+
+
+def tree_masses(xp, plan, P_child, eps_node, greedy_match, solve, to):
+    r"""Every node's :math:`\pi_{parent}(x_j)` and :math:`A(j)`, bottom-up by height (the rule of
+    ``cpp/mentored/tree.hpp``; docs/serving.md, "Draft trees"), vectorised over the nodes of a height.
+
+    ``plan``: the host layout (``heights``: per height ≥ 1, the global indices of its nodes and
+    their children padded with −1; ``length``: the objective; ``greedy_node``; ``groups``: the
+    nodes' divergences). ``P_child`` (N,): each node's token's mass under its parent's target (p/Σp);
+    ``eps_node`` (N,): each node's budget; ``greedy_match`` (N,): whether a node's token is its
+    parent's argmax (greedy requests' nodes; None without greedy requests). ``solve(div, P, w, eps,
+    weighted)`` returns the class masses of the rows (:func:`node_masses`); ``to`` puts a host array
+    where the computation runs. Returns (accept, value)."""
+    accept = xp.zeros_like(P_child)
+    value = xp.zeros_like(P_child)
+    for h, (nodes, kids) in enumerate(plan.heights, start=1):
+        valid = kids >= 0
+        k = np.where(valid, kids, 0)
+        Pk = xp.where(to(valid), P_child[to(k)], 0.0)
+        wk = xp.where(to(valid), 1.0 + value[to(k)], -np.inf) if plan.length else xp.where(to(valid), 1.0, -np.inf)
+        P = xp.concatenate([xp.clip(1.0 - Pk.sum(-1), 0.0, None)[:, None], Pk], -1)
+        w = xp.concatenate([xp.zeros_like(Pk[:, :1]), wk], -1)
+        m = xp.zeros_like(P)
+        for div, rows in plan.groups_of(nodes):
+            r = to(rows)
+            m[r] = solve(div, P[r], w[r], eps_node[to(nodes[rows])], plan.length and h > 1 and kids.shape[1] > 1)
+        if greedy_match is not None:
+            g = to(plan.greedy_node[nodes])
+            hit = to(valid) & greedy_match[to(k)]
+            m[:, 1:] = xp.where(g[:, None], hit * 1.0, m[:, 1:])
+        mk = m[:, 1:]
+        accept[to(k[valid])] = mk[to(valid)]
+        value[to(nodes)] = xp.where(to(valid), mk * (1.0 + value[to(k)]), 0.0).sum(-1)
+    return accept, value

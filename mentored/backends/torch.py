@@ -50,7 +50,7 @@ from ..check.inputs import check_step_inputs, check_zeros, per_row, step_budgets
 from ..divergences import divergence as _divergence
 from ..divergences.symbolic import SERIES_RADIUS
 from .protocol import Solved
-from .shared import given_uniforms, onehot_bisection
+from .shared import LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
 __all__ = ["device_of", "TorchBackend", "CPU_VIEWS"]  # the entry points reach this module through mentored.backends.get_backend
 
@@ -877,7 +877,7 @@ def _dtype_kind(x) -> str:
 class _TorchOps:
     """The array operations of the built-ins' accurate forms (mentored.divergences), on tensors of any device."""
 
-    where, log, log1p, expm1 = torch.where, torch.log, torch.log1p, torch.expm1
+    where, exp, log, log1p, expm1 = torch.where, torch.exp, torch.log, torch.log1p, torch.expm1
     sqrt, abs, sign, isinf, xlogy = torch.sqrt, torch.abs, torch.sign, torch.isinf, torch.xlogy
     ones_like = torch.ones_like
 
@@ -1047,6 +1047,9 @@ class TorchBackend:
                normalize, logits=False):
         return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
                                  normalize, logits)
+
+    def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize):
+        return _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, validate, normalize)
 
     def onehot(self, p_x, budget, divergence, zeros):
         px = torch.as_tensor(p_x, device=self.device).to(torch.float64)
@@ -1253,3 +1256,135 @@ def check_ids(draft, bonus, V: int, B: int, T: int):
         lo, hi = int(bonus.min()), int(bonus.max())
         if lo < 0 or hi >= V:
             raise ValueError(f"bonus_token_ids must lie in [0, V) = [0, {V}), got ids from {lo} to {hi}")
+
+
+# ---------------------------------------------------------------- draft trees
+
+
+_LEVEL_FORMS: dict = {}
+_CUSTOM_LEVELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _level_forms(div) -> LevelForms:
+    """f̃, f̃′ and (f̃′)⁻¹ in torch: a built-in's registry forms; a user generator's f̃′ and (f̃′)⁻¹
+    compiled from its sympy analysis (ValueError where sympy found no (f′)⁻¹)."""
+    forms = _torch_forms(div)
+    if div.builtin is not None:
+        if div.name not in _LEVEL_FORMS:
+            spec, ops = div.builtin, _TorchOps()
+            _LEVEL_FORMS[div.name] = LevelForms(forms.perspective, lambda t: spec.fprime_tilde(ops, t), lambda y: spec.fprime_inv_tilde(ops, y))
+        return _LEVEL_FORMS[div.name]
+    if div not in _CUSTOM_LEVELS:
+        import sympy as sp
+
+        info = div.symbolic
+        if info.fprime_inv_expr is None:
+            raise ValueError(f"objective='length' on a device needs (f')^-1 in closed form, and sympy found none for {div.name!r}: "
+                             "pass numpy arrays (the host solves it numerically), or use objective='acceptance'")
+        c, y = float(info.tilt), sp.Symbol("y")
+        inv = info.fprime_inv_expr
+        fprime = sp.lambdify(info.t, info.fprime_expr, modules="torch")
+        inverse = sp.lambdify(list(inv.free_symbols)[:1] or [y], inv, modules="torch")
+        lo, hi = float(info.fprime0) - c, float(info.f_inf) - c
+
+        def df(t):
+            return torch.as_tensor(fprime(t), dtype=torch.float64, device=t.device) - c
+
+        def dfinv(v):
+            inside = (v > lo) & (v < hi)
+            got = torch.as_tensor(inverse(torch.where(inside, v, 0.0) + c), dtype=torch.float64, device=v.device)
+            return torch.where(inside, got, torch.where(v <= lo, 0.0, _INF))
+
+        _CUSTOM_LEVELS[div] = LevelForms(forms.perspective, df, dfinv)
+    return _CUSTOM_LEVELS[div]
+
+
+def _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, validate, normalize):
+    r""":func:`mentored.verify.serving.tree_sample` for tensors on a device (or CPU tensors with
+    ``CPU_SOLVER = "torch"``): every node's verifier bottom-up by height (:func:`tree_masses`,
+    :func:`node_masses` in torch), then the walk down all trees at once, a depth at a time, and each
+    request's last node's token by :func:`_inverse_cdf`. The layout is the host's (``plan``); with
+    ``validate=False`` nothing is read back from the device. Returns (out, last, accept, value)."""
+    p = torch.as_tensor(target_probs)
+    device = p.device
+    tok = torch.as_tensor(tokens, device=device)
+    N, B = plan.N, plan.B
+    if p.ndim != 2 or p.shape[0] != N:
+        raise ValueError(f"target_probs must have shape (num_nodes, V) = ({N}, V), got {tuple(p.shape)}")
+    if tuple(tok.shape) != (N,):
+        raise ValueError(f"tokens must be flat, one id per node, shape ({N},), got {tuple(tok.shape)}")
+    if tok.dtype.is_floating_point or tok.dtype.is_complex or tok.dtype == torch.bool:
+        raise TypeError(f"tokens must hold integer token ids, got dtype {tok.dtype}")
+    V = p.shape[1]
+    if validate:
+        if not p.dtype.is_floating_point or p.element_size() < 4:
+            raise TypeError(f"target_probs must be float32 or float64, got {p.dtype}")
+        if N:
+            check_rows(p, "target_probs", plan.where, normalize)
+        plan.check_tokens(tok.cpu().numpy(), V)
+    tok = tok.to(torch.int64)
+
+    def to(a):
+        return torch.as_tensor(a, device=device)
+
+    if isinstance(uniforms, torch.Tensor) and not validate:  # made on the device: only the shape is checked
+        if tuple(uniforms.shape) != (N, 2):
+            raise ValueError(f"uniforms must have shape (num_nodes, 2) = ({N}, 2), got {tuple(uniforms.shape)}")
+        u = uniforms.to(device, torch.float64)
+    elif uniforms is not None:
+        u = to(given_uniforms(uniforms.cpu().numpy() if isinstance(uniforms, torch.Tensor) else uniforms, N))
+    elif generators is None and plan.greedy.all():
+        u = torch.zeros((N, 2), dtype=torch.float64, device=device)
+    else:
+        u = plan_uniforms(plan, generators, device)
+    p64 = p.to(torch.float64)
+    sums = _row_sums(p64) if N else p64.sum(-1)
+    child = np.flatnonzero(plan.gp >= 0)
+    gp, ci = to(plan.gp[child]), to(child)
+    P_child = torch.zeros(N, dtype=torch.float64, device=device)
+    P_child[ci] = p64[gp, tok[ci]] / sums[gp]
+    top = p.argmax(-1)
+    match = None
+    if plan.greedy_or_none is not None:
+        match = torch.zeros(N, dtype=torch.bool, device=device)
+        match[ci] = tok[ci] == top[gp]
+
+    def solve(div, P, w, eps, weighted):
+        return node_masses(torch, P, w, eps, div, zeros, _level_forms(div) if weighted else LevelForms(_torch_forms(div).perspective, None, None),
+                           weighted)
+
+    accept, value = tree_masses(torch, plan, P_child, to(plan.eps_node), match, solve, to)
+    accept[to(np.flatnonzero(plan.gp < 0))] = 1.0
+    # the walk: every request a depth at a time, from its root
+    out = torch.full((B, plan.width), -1, dtype=torch.int32, device=device)
+    cur = to(plan.starts)
+    kids = to(plan.kids)
+    K = plan.kids.shape[1]
+    active = torch.ones(B, dtype=torch.bool, device=device)
+    for d in range(plan.width - 1 if K else 0):
+        ks = kids[cur]
+        valid = ks >= 0
+        mass = torch.where(valid, accept[ks.clamp(min=0)], 0.0)
+        u0 = u[cur, 0]
+        acc = torch.zeros_like(u0)
+        chosen = torch.full_like(cur, K)
+        for c in range(K):  # the first child whose running mass passes u0 (speculative.hpp, land)
+            acc = acc + mass[:, c]
+            chosen = torch.where((chosen == K) & (u0 < acc), c, chosen)
+        moved = active & (chosen < K)
+        nxt = ks.gather(1, chosen.clamp(max=K - 1)[:, None])[:, 0]
+        out[:, d] = torch.where(moved, tok[nxt.clamp(min=0)], -1).to(torch.int32)
+        cur = torch.where(moved, nxt, cur)
+        active = moved
+    if B:
+        w = p64[cur]
+        if K:  # without the children's tokens (counted by a scatter-add of exact 0s and 1s: any order)
+            ks = kids[cur]
+            hit = torch.zeros_like(w).scatter_add_(1, tok[ks.clamp(min=0)], (ks >= 0).to(w.dtype))
+            w = torch.where(hit > 0, 0.0, w)
+        drawn = _inverse_cdf(w, u[cur, 1], p64[cur])
+        greedy = to(plan.greedy)
+        emitted = torch.where(greedy, top[cur], drawn)
+        out.scatter_(1, to(plan.depth)[cur][:, None], emitted[:, None].to(torch.int32))
+    last = cur - to(plan.starts)
+    return out, last, accept, value

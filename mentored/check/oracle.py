@@ -5,6 +5,9 @@ r"""An independent check: MD(f, ε) written as a convex program and handed to cv
     \max_{\pi \ge 0,\ \sum \pi = 1} \sum_i \min(\pi_i, q_i)
     \quad \text{s.t.} \quad D_f(\pi\|p) \le \varepsilon
 
+and (:func:`oracle_weighted`) the node problem of a draft tree, a linear objective over the whole
+vocabulary, :math:`\max \sum_i w_i \pi_i` under the same constraint (docs/serving.md, "Draft trees").
+
 Each built-in divergence is stated in the form a conic solver handles best. The pitfalls:
 
 - ``cp.kl_div(x, y) = x log(x/y) − x + y`` is not ``cp.rel_entr(x, y) = x log(x/y)``; they differ
@@ -29,7 +32,7 @@ import numpy as np
 from ..divergences import divergence as _divergence
 
 __all__ = [
-    "OracleResult", "oracle_solve", "OracleDisagreementWarning", "OracleSkippedWarning", "oracle_skip_reason",
+    "OracleResult", "oracle_solve", "oracle_weighted", "OracleDisagreementWarning", "OracleSkippedWarning", "oracle_skip_reason",
     "convex_form_error",
 ]
 
@@ -73,7 +76,7 @@ class OracleResult:
     """What the convex program says, and how far its point is from feasible."""
 
     pi: np.ndarray
-    acceptance: float  # Σ min(π, q) at the returned point
+    acceptance: float  # the objective at the returned point: Σ min(π, q) (oracle_solve), Σ w π (oracle_weighted)
     value: float  # the solver's optimal objective
     status: str
     solver: str
@@ -278,11 +281,16 @@ def _run(div, p, q, budget, scaling, solver, options) -> OracleResult:
     except (cp.error.SolverError, ValueError) as exc:  # ValueError: "Problem data contains NaN or Inf"
         return OracleResult(np.full_like(p, np.nan), np.nan, np.nan, f"solver_error: {exc}", label, np.nan, np.inf, np.inf)
     pi = point()
-    # Measured at the point itself, clipped at 0 (solvers return −1e-12 for zeros).
+    return _measured(div, p, pi, float(np.minimum(pi, q).sum()), problem, label, budget)
+
+
+def _measured(div, p, pi, objective: float, problem, label: str, budget: float) -> OracleResult:
+    """A run's point with its feasibility measured at the point itself, clipped at 0 (solvers return
+    −1e-12 for zeros), from the definition of D_f."""
     dval = float(div(np.maximum(pi, 0.0), p))
     return OracleResult(
         pi=pi,
-        acceptance=float(np.minimum(pi, q).sum()),
+        acceptance=objective,
         value=float(problem.value) if problem.value is not None else np.nan,
         status=str(problem.status),
         solver=label,
@@ -290,6 +298,15 @@ def _run(div, p, q, budget, scaling, solver, options) -> OracleResult:
         budget_excess=max(0.0, dval - budget),
         simplex_residual=float(max(abs(pi.sum() - 1.0), max(0.0, -pi.min()))),
     )
+
+
+def _skipped(p, q) -> OracleResult | None:
+    """The result of a row the program cannot represent (:func:`oracle_skip_reason`), or None."""
+    skip = oracle_skip_reason(p, q)
+    if skip is None:
+        return None
+    nan = np.full_like(p, np.nan)
+    return OracleResult(nan, np.nan, np.nan, f"skipped: {skip}", "none", np.nan, np.inf, np.inf)
 
 
 def oracle_solve(target, draft, divergence, budget, *, solver=None, scaling="ratio", **solver_options) -> OracleResult:
@@ -303,14 +320,11 @@ def oracle_solve(target, draft, divergence, budget, *, solver=None, scaling="rat
     A row the program cannot represent (:func:`oracle_skip_reason`) is not solved: its status is
     ``"skipped: <reason>"``.
     """
-    p = np.asarray(target, dtype=np.float64)
-    q = np.asarray(draft, dtype=np.float64)
-    div = _divergence(divergence)
-    budget = float(budget)
-    skip = oracle_skip_reason(p, q)
-    if skip is not None:
-        nan = np.full_like(p, np.nan)
-        return OracleResult(nan, np.nan, np.nan, f"skipped: {skip}", "none", np.nan, np.inf, np.inf)
+    p, q = (np.asarray(x, dtype=np.float64) for x in (target, draft))
+    div, budget = _divergence(divergence), float(budget)
+    skipped = _skipped(p, q)
+    if skipped is not None:
+        return skipped
     if solver is not None:
         return _run(div, p, q, budget, scaling, solver, solver_options)
     result = None
@@ -321,3 +335,102 @@ def oracle_solve(target, draft, divergence, budget, *, solver=None, scaling="rat
             return max(usable, key=lambda r: r.acceptance)
         result = next((r for r in runs if r.status in _USABLE), runs[-1]) if result is None else result
     return result
+
+
+# ---------------------------------------------------------------- the node problem of a draft tree
+
+_WEIGHTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # divergence -> {(n_pos, n_zero, scaling): program}
+
+
+def _weighted_program(div, n_pos: int, n_zero: int, scaling: str):
+    """max Σ w π s.t. Σ π = 1, D_f(π‖p) ≤ ε, with p, w and ε as cvxpy parameters (DPP: compiled once
+    per divergence, support size and scaling, then solved again with new values). Ratios u = π/p
+    on {p > 0} (``"ratio"``: u the variable; ``"mass"``: π the variable), masses z on the zeros of p
+    that may take mass (f∞ charged per unit)."""
+    import cvxpy as cp
+
+    cache = _WEIGHTED.setdefault(div, {})
+    key = (n_pos, n_zero, scaling)
+    if key in cache:
+        return cache[key]
+    p = cp.Parameter(n_pos, nonneg=True)
+    eps = cp.Parameter(nonneg=True)
+    gain = cp.Parameter(n_pos)  # w·p (ratio scaling) or w (mass scaling) on the support
+    v = cp.Variable(n_pos, nonneg=True)
+    constraints = []
+    if scaling == "ratio":
+        u, mass_pos = v, p @ v
+    else:
+        inv_p = cp.Parameter(n_pos, nonneg=True)
+        u, mass_pos = cp.Variable(n_pos, nonneg=True), cp.sum(v)
+        constraints.append(u == cp.multiply(inv_p, v))
+    z = cp.Variable(n_zero, nonneg=True) if n_zero else None
+    w_zero = cp.Parameter(n_zero) if n_zero else None
+    outside = cp.sum(z) if z is not None else 0
+    if div.compiled is None:
+        cost = cp.sum(cp.multiply(p, _sympy_cost(div, u))) + (div.f_inf * outside if z is not None else 0)
+    else:
+        cost = div.builtin.cvxpy(cp, u, p, outside)
+    objective = gain @ v + (w_zero @ z if z is not None else 0)
+    constraints += [mass_pos + outside == 1, cost <= eps]
+    problem = cp.Problem(cp.Maximize(objective), constraints)
+    params = {"p": p, "eps": eps, "gain": gain, "w_zero": w_zero, "inv_p": inv_p if scaling == "mass" else None}
+    cache[key] = (problem, params, v, z)
+    return cache[key]
+
+
+def oracle_weighted(target, weights, divergence, budget, *, zeros="keep") -> OracleResult:
+    r"""Solve :math:`\max \sum_i w_i \pi_i` s.t. :math:`\sum \pi = 1`, :math:`D_f(\pi\|p) \le
+    \varepsilon` over the whole vocabulary with cvxpy (a draft tree's node: :math:`w_i = 1 + A(c)` at
+    each child's token, 0 elsewhere; docs/serving.md, "Draft trees").
+
+    ``zeros="keep"``: :math:`\pi_i = 0` where :math:`p_i = 0`; ``"continue"``: mass there costs
+    :math:`f_\infty` per unit (excluded where :math:`f_\infty = \infty`). Nothing of the level form
+    (one ratio per child and one for the rest) is assumed: each token has its own variable. As
+    :func:`oracle_solve`: both scalings at tight tolerances, the usable run (solved, its point
+    feasible to 1e-9 from the definition of :math:`D_f`) of highest objective, and Clarabel's
+    defaults and SCS when neither is usable; ``acceptance`` is :math:`\sum_i w_i \pi_i` at the point.
+    """
+    p, w = (np.asarray(x, dtype=np.float64) for x in (target, weights))
+    div, budget = _divergence(divergence), float(budget)
+    skipped = _skipped(p, p)
+    if skipped is not None:
+        return skipped
+    pos = p > 0
+    zero = ~pos if zeros == "continue" and np.isfinite(div.f_inf) else np.zeros_like(pos)
+    result = None
+    for group in _ATTEMPTS:
+        runs = [_weighted_run(div, p, w, budget, pos, zero, *attempt) for attempt in group]
+        usable = [r for r in runs if r.usable(budget, tol=1e-9)]
+        if usable:
+            return max(usable, key=lambda r: r.acceptance)
+        result = next((r for r in runs if r.status in _USABLE), runs[-1]) if result is None else result
+    return result
+
+
+def _weighted_run(div, p, w, budget, pos, zero, scaling, solver, options) -> OracleResult:
+    import cvxpy as cp
+
+    problem, params, v, z = _weighted_program(div, int(pos.sum()), int(zero.sum()), scaling)
+    params["p"].value = p[pos]
+    params["eps"].value = budget
+    params["gain"].value = w[pos] * p[pos] if scaling == "ratio" else w[pos]
+    if params["w_zero"] is not None:
+        params["w_zero"].value = w[zero]
+    if params["inv_p"] is not None:
+        params["inv_p"].value = 1.0 / p[pos]
+    label = f"{solver}/{scaling}"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            problem.solve(solver=solver, **options)
+    except (cp.error.SolverError, ValueError) as exc:
+        return OracleResult(np.full_like(p, np.nan), np.nan, np.nan, f"solver_error: {exc}", label, np.nan, np.inf, np.inf)
+    if v.value is None:
+        return OracleResult(np.full_like(p, np.nan), np.nan, np.nan, str(problem.status), label, np.nan, np.inf, np.inf)
+    pi = np.zeros_like(p)
+    vals = np.asarray(v.value).ravel()
+    pi[pos] = p[pos] * vals if scaling == "ratio" else vals
+    if z is not None:
+        pi[zero] = np.asarray(z.value).ravel()
+    return _measured(div, p, pi, float(w @ np.maximum(pi, 0.0)), problem, label, budget)

@@ -55,6 +55,7 @@ class _NumpyOps:
     """The array operations the numerical forms use, on numpy (warnings of limits silenced by callers)."""
 
     where = staticmethod(np.where)
+    exp = staticmethod(np.exp)
     log = staticmethod(np.log)
     log1p = staticmethod(np.log1p)
     expm1 = staticmethod(np.expm1)
@@ -89,6 +90,8 @@ class _Builtin:
                          solvers sum, accurate to a few ulps of |x − y| near x = y and without
                          forming x/y, which overflows for a denormal y. f̃(t) is perspective(t, 1).
     fprime_tilde(ops, t) f̃′(t) on [0, ∞) (f̃′(0⁺) the limit; a subgradient at a kink).
+    fprime_inv_tilde(ops, y)  (f̃′)⁻¹(y): 0 from f̃′(0⁺) down, inf from f̃∞ up (tv: one point of each
+                         flat piece's level set); the levels of a draft tree's weighted verifier.
     conjugate_tilde(ops, y)  f̃*(y) = f*(y + c) − c, ``inf`` outside its domain.
     cvxpy(cp, u, p, outside)  Σ p f(u) + f∞·outside as a DCP expression, equal to it wherever
                          Σ p u + outside = 1 (the oracle's constraint).
@@ -100,6 +103,7 @@ class _Builtin:
     source: Callable
     perspective: Callable
     fprime_tilde: Callable
+    fprime_inv_tilde: Callable
     conjugate_tilde: Callable
     cvxpy: Callable
     conjugate: Callable | None = None
@@ -146,6 +150,18 @@ def _chi2_perspective(ops, x, y):
     return ops.where(ops.isinf(a), (d * d) / y, a)
 
 
+def _below_one(ops, y):
+    """y where y < 1, else 0: a safe argument for forms that are inf from 1 up."""
+    return ops.where(y < 1.0, y, 0.0)
+
+
+def _js_fprime_inv(ops, y):
+    # 2t/(1 + t) = e^{2y}: t = e^{2y}/(1 − e), e = expm1(2y) < 1 (1 + e would lose a tiny e^{2y}, and
+    # 2 − e^{2y} a bit near the top), inf from y = ½ log 2 up
+    e = ops.expm1(2.0 * y)
+    return ops.where(e < 1.0, ops.exp(2.0 * y) / (1.0 - ops.where(e < 1.0, e, 0.0)), _INF)
+
+
 def _cvx_tv(cp, u, p, outside):
     return 0.5 * cp.sum(cp.multiply(p, cp.abs(u - 1))) + 0.5 * outside
 
@@ -180,6 +196,7 @@ _REGISTRY = (
     _Builtin(
         "tv", _sym("Abs(t - 1)/2"),
         fprime_tilde=lambda o, t: 0.5 * o.sign(t - 1.0),
+        fprime_inv_tilde=lambda o, y: o.where(y < -0.5, 0.0, o.where(y > 0.5, _INF, o.ones_like(y))),
         perspective=lambda o, x, y: 0.5 * o.abs(x - y),
         conjugate_tilde=lambda o, y: o.where(y > 0.5, _INF, o.clamp(y, lo=-0.5)),
         cvxpy=_cvx_tv,
@@ -188,6 +205,7 @@ _REGISTRY = (
     _Builtin(
         "kl", _sym("t*log(t)"),
         fprime_tilde=lambda o, t: o.log(t),
+        fprime_inv_tilde=lambda o, y: o.exp(y),
         perspective=lambda o, x, y: o.where(x > 0, x * _log_ratio(o, x, y), 0.0) - (x - y),
         conjugate_tilde=lambda o, y: o.expm1(y),
         cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.rel_entr(u, np.ones(p.size)))),
@@ -195,6 +213,7 @@ _REGISTRY = (
     _Builtin(
         "reverse_kl", _sym("-log(t)"),
         fprime_tilde=lambda o, t: (t - 1.0) / t,
+        fprime_inv_tilde=lambda o, y: o.where(y < 1.0, 1.0 / (1.0 - _below_one(o, y)), _INF),
         perspective=lambda o, x, y: (x - y) - y * _log_ratio(o, x, y),
         conjugate_tilde=lambda o, y: o.where(y < 1.0, -o.log1p(-o.clamp(y, hi=1.0)), _INF),
         cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, -cp.log(u))),  # f∞ = 0
@@ -202,6 +221,7 @@ _REGISTRY = (
     _Builtin(
         "chi2", _sym("(t - 1)**2"),
         fprime_tilde=lambda o, t: 2.0 * (t - 1.0),
+        fprime_inv_tilde=lambda o, y: o.where(y > -2.0, 1.0 + 0.5 * y, 0.0),
         perspective=_chi2_perspective,
         conjugate_tilde=lambda o, y: o.where(y >= -2.0, y + 0.25 * y * y, -1.0),
         cvxpy=lambda cp, u, p, outside: cp.sum(cp.multiply(p, cp.square(u - 1))),
@@ -209,6 +229,7 @@ _REGISTRY = (
     _Builtin(
         "neyman_chi2", _sym("(t - 1)**2/t"),
         fprime_tilde=lambda o, t: ((t - 1.0) / t) * ((t + 1.0) / t),  # 1 − 1/t², accurate near 1
+        fprime_inv_tilde=lambda o, y: o.where(y < 1.0, 1.0 / o.sqrt(1.0 - _below_one(o, y)), _INF),
         perspective=lambda o, x, y: o.where(x > 0, (x - y) * ((x - y) / _positive(o, x)), _INF),
         # 2 − 2√(1 − y) = 2y/(1 + √(1 − y)), y ≤ 1
         conjugate_tilde=lambda o, y: o.where(y <= 1.0, 2.0 * y / (1.0 + o.sqrt(o.clamp(1.0 - y, lo=0.0))), _INF),
@@ -218,6 +239,7 @@ _REGISTRY = (
     _Builtin(
         "hellinger", _sym("(sqrt(t) - 1)**2"),
         fprime_tilde=lambda o, t: (t - 1.0) / (t + o.sqrt(t)),  # 1 − 1/√t, accurate near 1
+        fprime_inv_tilde=lambda o, y: o.where(y < 1.0, (1.0 / (1.0 - _below_one(o, y))) ** 2, _INF),
         perspective=lambda o, x, y: (o.sqrt(x) - o.sqrt(y)) ** 2,
         conjugate_tilde=lambda o, y: o.where(y < 1.0, y / o.where(y < 1.0, 1.0 - y, 1.0), _INF),
         # Σ p (√u − 1)² + Σ z = 2 − 2 Σ p √u on the simplex
@@ -229,6 +251,7 @@ _REGISTRY = (
         fprime_tilde=lambda o, t: 0.5 * o.where(
             t < 0.5, _LN2 + o.log(t) - o.log1p(t), o.log1p((t - 1.0) / (t + 1.0))
         ),
+        fprime_inv_tilde=_js_fprime_inv,
         perspective=_js_perspective,
         # −½ log(2 − e^{2y}) = −½ log1p(−expm1(2y)), y < ½ log 2
         conjugate_tilde=lambda o, y: o.where(

@@ -9,6 +9,10 @@ given the same uniforms; at ``budget > 0`` every emitted token has law exactly t
 verifier :math:`\pi` of its position (docs/theory.md §2, §8).
 
 :class:`Verifier` holds buffers for a decoding loop that calls this every step (numpy input).
+
+:func:`tree_sample` verifies a batch of draft trees (a chain is :func:`rejection_sample` with
+``draft_probs=None``, decision for decision), and :func:`tree_verifier` returns each node's verifier
+and its expected accepted length (docs/serving.md, "Draft trees").
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
 from .. import _core
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier"]
+__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier", "tree_sample", "tree_verifier"]
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -38,6 +42,16 @@ def _host_array(name, x, kinds, what):
     if a.size and a.dtype.kind not in kinds:
         raise TypeError(f"{name} must hold {what}, got dtype {a.dtype}")
     return a
+
+
+def _greedy_flags(is_greedy, B: int):
+    """is_greedy as a bool array (B,), or None when no request is greedy."""
+    if is_greedy is None:
+        return None
+    g = _host_array("is_greedy", is_greedy, "b", "booleans")
+    if g.shape != (B,):
+        raise ValueError(f"is_greedy must have shape (B,) = ({B},), got {g.shape}")
+    return np.ascontiguousarray(g, dtype=bool) if g.any() else None
 
 
 class _Plan:
@@ -63,27 +77,8 @@ class _Plan:
         if total != T:
             raise ValueError(f"num_draft_tokens sums to {total}, but draft_token_ids holds {T} tokens")
         self.B, self.T, self.counts, self.K = B, T, n, K
-        g = None
-        if is_greedy is not None:
-            g = _host_array("is_greedy", is_greedy, "b", "booleans")
-            if g.shape != (B,):
-                raise ValueError(f"is_greedy must have shape (B,) = ({B},), got {g.shape}")
-            g = np.ascontiguousarray(g, dtype=bool) if g.any() else None
-        self.greedy_or_none = g
-        # divergence and budget, per request or global
-        if isinstance(divergence, (str, Divergence)):
-            self.divs, self.which = [_divergence(divergence)], None
-        else:
-            given = list(divergence)
-            if len(given) != B:
-                raise ValueError(f"divergence must be one name or one per request (B = {B}), got {len(given)}")
-            divs, which = [], np.empty(B, dtype=np.int32)
-            for b, d in enumerate(given):
-                d = _divergence(d)
-                if d not in divs:
-                    divs.append(d)
-                which[b] = divs.index(d)
-            self.divs, self.which = divs, (which if len(divs) > 1 else None)
+        self.greedy_or_none = _greedy_flags(is_greedy, B)
+        self.divs, self.which = _request_divergences(divergence, B)
         if type(budget) in (float, int) and budget >= 0:  # one for all, the usual case (NaN fails the test)
             self.eps_request, self.eps_rows = None, np.array([float(budget)])
         elif np.ndim(budget) == 0:
@@ -138,6 +133,22 @@ class _Plan:
 
     def where(self, t: int) -> str:
         return f"row {t} (request {int(self.req[t])}, position {int(self.pos[t])})"
+
+
+def _request_divergences(divergence, B: int):
+    """(the distinct divergences, the index of each request's: int32 (B,), or None when one serves all)."""
+    if isinstance(divergence, (str, Divergence)):
+        return [_divergence(divergence)], None
+    given = list(divergence)
+    if len(given) != B:
+        raise ValueError(f"divergence must be one name or one per request (B = {B}), got {len(given)}")
+    divs, which = [], np.empty(B, dtype=np.int32)
+    for b, d in enumerate(given):
+        d = _divergence(d)
+        if d not in divs:
+            divs.append(d)
+        which[b] = divs.index(d)
+    return divs, (which if len(divs) > 1 else None)
 
 
 def _bonus_shape(bonus_token_ids) -> int:
@@ -401,3 +412,230 @@ class Verifier:
             draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
             uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize,
         )
+
+
+# ---------------------------------------------------------------- draft trees
+
+
+_OBJECTIVES = ("length", "acceptance")
+
+
+class _TreePlan:
+    """Host-side layout of a batch of draft trees: who is where, each node's parent, depth and
+    children, the nodes by height (bottom-up), and each request's divergence, budget and greedy flag.
+
+    ``parents`` are local to each request: −1 at its node 0 (the root), ``0 <= parents[i] < i``
+    otherwise. Every refusal names the request and the node."""
+
+    def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective):
+        if objective not in _OBJECTIVES:
+            raise ValueError(f"objective must be 'length' or 'acceptance', got {objective!r}")
+        self.objective, self.length = objective, objective == "length"
+        n = _host_array("num_nodes", num_nodes, "iu", "integers").astype(np.int64, copy=False)
+        if n.ndim != 1:
+            raise ValueError(f"num_nodes must hold one count per request, got shape {n.shape}")
+        B = n.shape[0]
+        if B and n.min() < 1:
+            b = int(np.flatnonzero(n < 1)[0])
+            raise ValueError(f"num_nodes must be at least 1 (the root) for every request; request {b} has {int(n[b])}")
+        if int(n.sum()) != N:
+            raise ValueError(f"num_nodes sums to {int(n.sum())}, but tokens holds {N} nodes")
+        self.B, self.T, self.N, self.n, self.counts = B, N, N, n, n
+        self.starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if B else n
+        self.req = np.repeat(np.arange(B, dtype=np.int64), n)
+        self.local = np.arange(N, dtype=np.int64) - self.starts[self.req]
+        par = _host_array("parents", parents, "iu", "integers").astype(np.int64, copy=False)
+        if par.shape != (N,):
+            raise ValueError(f"parents must have one entry per node, shape ({N},), got {par.shape}")
+        root = self.local == 0
+        for bad, what in ((root & (par != -1), "the root (node 0) must have parent -1"),
+                          (~root & (par == -1), "a second root (parent -1): only node 0 of a request is its root"),
+                          (~root & ((par < -1) | (par >= self.local)),
+                           "its parent is not an earlier node of its request (parents are local: 0 <= parents[i] < i)")):
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"parents: {what}; {self.where(i)} has parent {int(par[i])}")
+        self.parents = np.ascontiguousarray(par)
+        self.gp = np.where(root, -1, self.starts[self.req] + par)
+        depth = np.zeros(N, dtype=np.int64)
+        gp = np.where(root, 0, self.gp)
+        for _ in range(N):  # a level more each time, until the deepest
+            deeper = np.where(root, 0, depth[gp] + 1)
+            if np.array_equal(deeper, depth):
+                break
+            depth = deeper
+        self.depth = depth
+        self.width = int(depth.max()) + 1 if N else 1
+        # children in node order, padded with -1: row i holds node i's children
+        child = np.flatnonzero(~root)
+        order = child[np.argsort(self.gp[child], kind="stable")]
+        cnt = np.bincount(self.gp[child], minlength=N) if N else np.zeros(0, dtype=np.int64)
+        K = int(cnt.max()) if N else 0
+        kids = np.full((N, K), -1, dtype=np.int64)
+        if order.size:
+            first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+            rank = np.arange(order.size) - first[self.gp[order]]
+            kids[self.gp[order], rank] = order
+        self.kids = kids
+        height = np.zeros(N, dtype=np.int64)
+        for level in range(self.width - 1, 0, -1):  # bottom-up: a node's height is 1 + its highest child's
+            at = np.flatnonzero(depth == level)
+            np.maximum.at(height, self.gp[at], height[at] + 1)
+        self.heights = []
+        for h in range(1, int(height.max()) + 1 if N else 1):
+            nodes = np.flatnonzero(height == h)
+            k = int(cnt[nodes].max())
+            self.heights.append((nodes, kids[nodes, :k]))
+        self.greedy_or_none = _greedy_flags(is_greedy, B)
+        self.greedy = self.greedy_or_none if self.greedy_or_none is not None else np.zeros(B, dtype=bool)
+        self.greedy_node = self.greedy[self.req]
+        self.divs, self.which = _request_divergences(divergence, B)
+        self.eps = per_row(budget, B, "budget", unit="request")
+        self.eps_node = self.eps[self.req]
+        if self.length:
+            for d in self.divs:
+                _check_weighted(d)
+
+    def where(self, i: int) -> str:
+        return f"request {int(self.req[i])}, node {int(self.local[i])}"
+
+    def groups_of(self, nodes: np.ndarray) -> list:
+        """The divergences of ``nodes`` (global indices): [(Divergence, rows of nodes)]."""
+        if self.which is None:
+            return [(self.divs[0], np.arange(nodes.size))]
+        w = self.which[self.req[nodes]]
+        return [(d, np.flatnonzero(w == i)) for i, d in enumerate(self.divs) if np.any(w == i)]
+
+    def check_tokens(self, tokens: np.ndarray, V: int) -> np.ndarray:
+        """Token ids on the host: integers in [0, V), distinct among siblings."""
+        t = _host_array("tokens", tokens, "iu", "integers").astype(np.int64, copy=False)
+        if t.shape != (self.N,):
+            raise ValueError(f"tokens must be flat, one id per node, shape ({self.N},), got {t.shape}")
+        out = (t < 0) | (t >= V)
+        if out.any():
+            i = int(np.flatnonzero(out)[0])
+            raise ValueError(f"tokens: id {int(t[i])} at {self.where(i)} is outside [0, V) = [0, {V})")
+        child = np.flatnonzero(self.gp >= 0)
+        key = self.gp[child] * V + t[child]
+        order = np.argsort(key, kind="stable")
+        same = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if same.size:
+            i, j = child[order[same[0]]], child[order[same[0] + 1]]
+            raise ValueError(f"tokens: {self.where(j)} carries token {int(t[j])}, as does its sibling node {int(self.local[i])} "
+                             f"(children of node {int(self.local[self.gp[j]])}); siblings must carry distinct tokens")
+        return t
+
+
+def _check_weighted(div) -> None:
+    """objective="length" needs f̃′ strictly increasing (its inverse a function): every built-in (tv by
+    its linear program), and a user generator with f″ > 0 on (0, ∞) whose sympy analysis gives f′⁻¹."""
+    if div.builtin is not None:
+        return
+    info = div.symbolic
+    if info is None:
+        raise ValueError(f"objective='length' needs the generator's derivative and its inverse; divergence {div.name!r} was built "
+                         "from callables: build it with Divergence.from_sympy, or use objective='acceptance'")
+    with np.errstate(all="ignore"):
+        curvature = info.fsecond(np.geomspace(1e-4, 1e4, 40))
+    if not np.all(curvature > 0):
+        raise ValueError(f"objective='length' needs a strictly convex generator (f'' > 0 on (0, inf)); {div.name!r} is linear on "
+                         "part of it: use objective='acceptance'")
+
+
+def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms, zeros, threads,
+          validate, normalize):
+    check_zeros(zeros)
+    N = len(tokens)
+    plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+    _check_generators(generators, plan.B)
+    backend = get_backend(target_probs, tokens)
+    return backend.tree(plan, tokens, target_probs, generators=generators, uniforms=uniforms, zeros=zeros, threads=threads,
+                        validate=validate, normalize=normalize)
+
+
+def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
+                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False):
+    r"""Verify a batch of draft trees with mentored decoding, in one call.
+
+    Request ``b`` owns the ``num_nodes[b]`` consecutive nodes starting at :math:`\sum_{c<b} n_c` of
+    ``tokens``, ``parents`` and ``target_probs``, in topological order: its node 0 is the root (the
+    last accepted token, not emitted), and ``parents[i]`` is local to the request, ``-1`` at the root
+    and an earlier node (``0 <= parents[i] < i``) otherwise; ``tokens[i]`` is the token node ``i`` adds
+    and ``target_probs[i]`` the target :math:`p_i` after its path (the root's row: the law of the first
+    new token; a leaf's: of its bonus). At node :math:`v` with children :math:`c` carrying the distinct
+    tokens :math:`x_c`, the verifier :math:`\pi_v` maximises :math:`\sum_c w_c\,\pi(x_c)` subject to
+    :math:`D_f(\pi\|p_v) \le \varepsilon`:
+
+    - ``objective="length"``: :math:`w_c = 1 + A(c)`, with :math:`A(\text{leaf}) = 0` and
+      :math:`A(v) = \sum_c w_c\,\pi_v(x_c)` the expected number of accepted tokens from :math:`v`:
+      the expected accepted length, maximised node by node bottom-up;
+    - ``objective="acceptance"``: :math:`w_c = 1`, the set verifier, maximising :math:`\pi_v(S_v)`;
+      its mass on the children :math:`S_v` is :func:`onehot_acceptance` at :math:`p_v(S_v)`, spread in
+      proportion to :math:`p_v`.
+
+    The walk: at :math:`v` the first child :math:`c` with ``u0 < π(x_1) + … + π(x_c)`` is accepted
+    (``u = uniforms[v]``); otherwise, and at a leaf, the token is drawn from :math:`p_v` without its
+    children's tokens, renormalised (inverse CDF at ``u1``), and the request stops. Every emitted token
+    has law :math:`\pi_v` at its node; at ``budget=0``, :math:`\pi_v = p_v` and the acceptance at
+    :math:`v` is :math:`p_v(S_v)` (the target-only rule SGLang's tree verification uses). Greedy
+    requests accept the child that is :math:`\arg\max p_v` (first maximum) and emit the argmax.
+    A chain (``parents[i] = i − 1``) is :func:`rejection_sample` with ``draft_probs=None``, decision
+    for decision, given the same uniforms and the leaf's bonus drawn from its row at ``u1``.
+
+    Parameters
+    ----------
+    tokens : (N,) integer array or tensor, ids in [0, V), distinct among siblings
+    parents : (N,) integers on the host (a list or an array; local to each request, as above)
+    num_nodes : (B,) integers ≥ 1 on the host, summing to N
+    target_probs : (N, V) float array or tensor (after temperature, top-k/top-p, masks)
+    divergence, budget, is_greedy, zeros, normalize, threads
+        As :func:`rejection_sample` (one divergence and budget, or one per request).
+    objective : {"length", "acceptance"}
+    generators : dict request index → numpy or torch generator, optional
+        A seeded request draws the two uniforms of each of its nodes from its own generator.
+    uniforms : (N, 2) in [0, 1), optional
+        Row ``i``: ``u0`` walks node ``i``'s children, ``u1`` draws its token if the walk stops there.
+    validate : bool
+        Tensors: check the ids, siblings and rows (host synchronisations); without it nothing is read
+        back from the device. Host input is always checked (by the core, in its pass over the rows).
+
+    Returns
+    -------
+    (tokens_out, last_accepted): int32 (B, max depth + 1), the accepted tokens, then the emitted one,
+    then −1; and the local index of the last accepted node of each request (0: the root, nothing
+    accepted), int64 (B,), whose path is what a KV cache keeps. numpy in, numpy out; tensors on
+    their device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from mentored.verify.serving import tree_sample
+    >>> p = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.6, 0.2, 0.2]])
+    >>> out, last = tree_sample([2, 0, 1], [-1, 0, 0], [3], p, budget=0.0, uniforms=[[0.7, 0.5], [0.0, 0.0], [0.0, 0.5]])
+    >>> out.tolist(), last.tolist()  # u0 = 0.7 lands on node 2 (token 1): p(0) = 0.5 ≤ 0.7 < 0.8
+    ([[1, 0]], [2])
+    """
+    out, last, _, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
+                            zeros, threads, validate, normalize)
+    return out, last
+
+
+def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
+                  zeros="keep", threads=None, validate=True, normalize=False):
+    r"""The verifier :func:`tree_sample` samples from: for each node :math:`j`, ``accept[j]`` =
+    :math:`\pi_{v}(x_j)`, the mass its parent's verifier puts on its token (the probability of moving
+    from :math:`v` to :math:`j`; 1 at roots), and ``value[j]`` = :math:`A(j)`, the expected number of
+    accepted tokens from :math:`j` (``value`` at a root: the request's expected accepted length).
+    Arguments as :func:`tree_sample`; float64 arrays (N,), or tensors on the input's device.
+
+    >>> import numpy as np
+    >>> from mentored.verify.serving import tree_verifier
+    >>> p = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [0.6, 0.2, 0.2]])
+    >>> accept, value = tree_verifier([2, 0, 1], [-1, 0, 0], [3], p, divergence="tv", budget=0.1, objective="acceptance")
+    >>> accept.round(6).tolist(), round(float(value[0]), 12)  # p(S) + ε = 0.9, in proportion to p on S
+    ([1.0, 0.5625, 0.3375], 0.9)
+    """
+    no_walk = np.zeros((len(tokens), 2))  # the verifier reads no uniform: none is drawn (no generator advances)
+    _, _, accept, value = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, None, no_walk, zeros,
+                                threads, validate, normalize)
+    return accept, value
