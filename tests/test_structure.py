@@ -556,6 +556,7 @@ def test_the_mirror_check_sees_each_form():
 _OTHER_CUMSUMS = {
     "backends.torch._Rows.__init__": "the solve's prefix sums of p and q in ratio order",
     "integrations.vllm_plugin._top_k_top_p_mask": "top-p's cumulative mass",
+    "integrations.hf._draw": "sampling a draft (and the bonus) from a model's law in the decoding loop, not a verification rule",
 }
 
 
