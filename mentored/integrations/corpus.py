@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["CharTokenizer", "Splits", "corpus", "splits", "sources", "split_documents"]
+__all__ = ["CharTokenizer", "Splits", "corpus", "splits", "sources", "grouped_documents", "split_documents"]
 
 # Standard-library modules whose docstrings join pydoc_data.topics in the corpus (import-safe, stable).
 _DOC_MODULES = (
@@ -45,26 +45,43 @@ def corpus() -> list[str]:
 def sources() -> list[tuple[str, str]]:
     """``(path, text)`` of the Python source files of the same standard-library modules (a package's
     every ``.py`` file but its tests), in a fixed order. Built-in modules (written in C) have none."""
+    return [pair for name in _DOC_MODULES for pair in _module_sources(name)]
+
+
+def grouped_documents() -> list[list[str]]:
+    """The documents of :func:`corpus` and :func:`sources` in groups that a split keeps together: each
+    pydoc topic alone, and each module's docstrings with its source files (the docstrings are read
+    from those sources: split apart, held-out text would be in the training text)."""
+    from pydoc_data.topics import topics
+
+    groups = [[topics[k]] for k in sorted(topics) if topics[k]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in _DOC_MODULES:
+            group = [d for d in [_module_doc(name)] if d] + [text for _, text in _module_sources(name)]
+            if group:
+                groups.append(group)
+    return groups
+
+
+def _module_sources(name: str) -> list[tuple[str, str]]:
     import importlib
     from pathlib import Path
 
-    out = []
-    for name in _DOC_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        origin = getattr(mod, "__file__", None)
-        if not origin or not origin.endswith(".py"):
-            continue
-        path = Path(origin)
-        if path.name == "__init__.py":
-            files = sorted(f for f in path.parent.rglob("*.py") if not {"test", "tests", "idle_test"} & set(f.relative_to(path.parent).parts))
-        else:
-            files = [path]
-        base = path.parent.parent if path.name == "__init__.py" else path.parent
-        out += [(f.relative_to(base).as_posix(), f.read_text(encoding="utf-8")) for f in files]
-    return out
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        return []
+    origin = getattr(mod, "__file__", None)
+    if not origin or not origin.endswith(".py"):
+        return []
+    path = Path(origin)
+    if path.name == "__init__.py":
+        files = sorted(f for f in path.parent.rglob("*.py") if not {"test", "tests", "idle_test"} & set(f.relative_to(path.parent).parts))
+    else:
+        files = [path]
+    base = path.parent.parent if path.name == "__init__.py" else path.parent
+    return [(f.relative_to(base).as_posix(), f.read_text(encoding="utf-8")) for f in files]
 
 
 def split_documents(docs: list, seed: int = 0) -> tuple[list, list, list]:

@@ -3,9 +3,10 @@ r"""Train the drafter shipped for SmolLM2: ``python -m mentored.train --target s
 The text is this package's in-domain corpus with the standard library's sources added: the
 documentation CPython ships and the docstrings of a fixed list of modules
 (:func:`mentored.integrations.corpus.corpus`), and those modules' ``.py`` files
-(:func:`~mentored.integrations.corpus.sources`), split 80/10/10 by document with seed 0
-(:func:`~mentored.integrations.corpus.split_documents`) and tokenized with SmolLM2's tokenizer,
-documents joined by ``<|endoftext|>``.
+(:func:`~mentored.integrations.corpus.sources`), split 80/10/10 with seed 0 by groups of documents
+(:func:`~mentored.integrations.corpus.grouped_documents`: a module's docstrings stay with its
+sources, which they are read from) and tokenized with SmolLM2's tokenizer, documents joined by
+``<|endoftext|>``.
 
 The drafter :math:`q` is a :class:`~mentored.integrations.smollm.SubVocabLlama` (4 layers, width 256,
 4 heads over 2 key-value heads) whose embedding and head cover the 8,192 tokens most frequent in
@@ -55,11 +56,10 @@ class TokenSplits(NamedTuple):
 
 
 def token_splits(tokenizer, seed: int = 0) -> TokenSplits:
-    """The documentation and standard-library sources, split by document, in ``tokenizer``'s ids."""
-    from .corpus import corpus, sources, split_documents
+    """The documentation and standard-library sources, split by group of documents, in ``tokenizer``'s ids."""
+    from .corpus import grouped_documents, split_documents
 
-    docs = corpus() + [text for _, text in sources()]
-    parts = split_documents(docs, seed)
+    parts = [[d for group in split for d in group] for split in split_documents(grouped_documents(), seed)]
     sep = tokenizer.convert_tokens_to_ids(SEPARATOR)
 
     def encode(documents):
