@@ -86,7 +86,7 @@ _MOVED = {
     "testing": "check.testing", "certificate": "solver.certificate", "torch_backend": "backends.torch",
     "speculative": "verify.speculative", "serving": "verify.serving", "decoding": "verify.decoding", "rules": "analysis.rules",
     "quality": "analysis.quality", "hf": "integrations.hf", "vllm_plugin": "integrations.vllm_plugin", "train": "integrations.train",
-    "corpus": "integrations.corpus", "textlm": "demo.textlm",
+    "corpus": "integrations.corpus", "textlm": "demo.textlm", "trees": "integrations.trees",
 }
 
 

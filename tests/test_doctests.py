@@ -23,7 +23,8 @@ FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
 # Modules with examples, and how many run at least: a module whose examples vanish fails here.
 EXAMPLES = {
     "mentored.solver._solve": 3, "mentored.solver.certificate": 4, "mentored.divergences": 4, "mentored.verify.speculative": 2,
-    "mentored.verify.serving": 3, "mentored.analysis.rules": 4, "mentored.analysis.quality": 6,
+    "mentored.verify.serving": 3, "mentored.analysis.rules": 4, "mentored.analysis.quality": 6, "mentored.check.testing": 3,
+    "mentored.integrations.trees": 1,
 }
 
 

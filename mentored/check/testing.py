@@ -1,8 +1,8 @@
 """Instances for tests, benchmarks and fuzzing: every kind of row pair the solver must handle.
 
 ``instance(kind, rng)`` returns one float64 (target, draft) pair summing to 1; ``KINDS`` lists the
-kinds; ``llm_like`` makes softmax-of-Gaussian-logits rows; ``budgets_for`` picks budgets from 0 to
-beyond D_f(q‖p).
+kinds; ``llm_like`` makes softmax-of-Gaussian-logits rows, ``llm_like_tree`` a draft tree of them;
+``budgets_for`` picks budgets from 0 to beyond D_f(q‖p).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 from ..divergences import divergence as _divergence
 
-__all__ = ["KINDS", "instance", "llm_like", "budgets_for"]
+__all__ = ["KINDS", "instance", "llm_like", "llm_like_tree", "budgets_for"]
 
 KINDS = (
     "dense",  # Dirichlet rows, no zeros
@@ -96,6 +96,29 @@ def llm_like(rng: np.random.Generator, n: int, scale: float = 3.0, shift: float 
     p = np.exp(logits - logits.max())
     q = np.exp(draft_logits - draft_logits.max())
     return p / p.sum(), q / q.sum()
+
+
+def llm_like_tree(rng: np.random.Generator, parents, n: int, scale=(3.0, 7.0), shift: float = 0.7):
+    """A draft tree on LLM-like rows, in :func:`mentored.serving.tree_sample`'s layout (one request):
+    node ``v`` gets a target row ``P[v]`` and a drafter row ``Q[v]`` from :func:`llm_like` with a
+    logit scale drawn uniformly from ``scale`` (peaked and flat rows mixed), and the children of
+    ``v``, in node order, carry the drafter's top tokens at ``v`` (the first child its first
+    choice), as a drafter expanding its top tokens builds a tree. Returns ``(tokens, P, Q)``:
+    (N,) ints, the root's token 0; (N, n) and (N, n) float64.
+
+    >>> rng = np.random.default_rng(0)
+    >>> tokens, P, Q = llm_like_tree(rng, [-1, 0, 0, 1], 50)
+    >>> tokens[1:3].tolist() == np.argsort(-Q[0])[:2].tolist() and int(tokens[3]) == int(np.argmax(Q[1]))
+    True
+    """
+    parents = np.asarray(parents, dtype=np.int64)
+    rows = [llm_like(rng, n, float(rng.uniform(*scale)), shift) for _ in parents]
+    P, Q = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    tokens = np.zeros(parents.size, dtype=np.int64)
+    for v in range(parents.size):
+        children = np.flatnonzero(parents == v)
+        tokens[children] = np.argsort(-Q[v], kind="stable")[: children.size]
+    return tokens, P, Q
 
 
 def budgets_for(div: str, p, q) -> list[float]:
