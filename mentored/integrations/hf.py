@@ -365,6 +365,99 @@ def _draw(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.searchsorted(c, u * c[:, -1:], right=True).clamp_(max=probs.shape[-1] - 1)
 
 
+def _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p, ahead: int, what: str):
+    """The checks both decoding loops make: the sampling settings, the prompts, one vocabulary, and
+    room in both models' positions for ``ahead`` tokens after the longest prompt (``what`` says which).
+    Returns ``(device, input_ids as (B, L), each row's prompt tokens, V)``."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    device = next(target_model.parameters()).device
+    ids, _, prompts = _check_prompts(input_ids, attention_mask, device)
+    V = target_model.config.vocab_size
+    if draft_model.config.vocab_size != V:
+        raise ValueError(f"the models must share a vocabulary: target has {V} tokens, drafter {draft_model.config.vocab_size}")
+    longest = max(int(p.numel()) for p in prompts) + ahead
+    for name, model in (("target", target_model), ("draft", draft_model)):
+        limit = _max_positions(model)
+        if limit is not None and longest > limit:
+            raise ValueError(f"the {name} model has {limit} positions; the longest prompt + {what} need {longest}")
+    return device, ids, prompts, V
+
+
+class _Rounds:
+    """What both decoding loops keep per row (:func:`generate`, :func:`mentored.trees.generate_tree`):
+    the tokens returned, each row's tally, the rows still generating, and the wall time of each phase.
+
+    :meth:`emit` cuts a round's tokens at ``eos_token_id`` and ``max_new_tokens``, counts only what is
+    returned, and says whether the row goes on; :meth:`result` assembles ``(sequences, stats)``.
+    """
+
+    def __init__(self, prompts: list, positions: int, max_new_tokens: int, eos_token_id, streamer=None):
+        B = len(prompts)
+        self.seqs = list(prompts)  # real tokens per row: the prompt, then what was returned
+        self.out = [[] for _ in range(B)]
+        self.tallies = [Tally(positions) for _ in range(B)]
+        self.active = list(range(B))  # rows still generating, in batch order
+        self.max_new_tokens, self.eos, self.streamer = max_new_tokens, eos_token_id, streamer
+        self.seconds = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
+        self.rounds = 0
+        self.t_total = time.perf_counter()
+
+    def emit(self, b: int, new: torch.Tensor, accepted: int) -> bool:
+        """Row ``b``'s tokens of this round (``accepted`` drafts, then one); whether the row goes on."""
+        done = False
+        if self.eos is not None and bool((new == self.eos).any()):
+            new = new[: int((new == self.eos).nonzero()[0, 0]) + 1]
+            done = True
+        emit = new[: self.max_new_tokens - len(self.out[b])]
+        self.tallies[b].step(accepted, int(emit.numel()))  # counts only what is returned
+        self.out[b].extend(emit.tolist())
+        self.seqs[b] = torch.cat([self.seqs[b], emit])
+        if self.streamer is not None:
+            self.streamer.put(emit.cpu())
+        return not done and len(self.out[b]) < self.max_new_tokens
+
+    def close(self, still: list, models, *times: float) -> None:
+        """End a round: keep the rows ``still`` (indices into :attr:`active`) in every model's cache,
+        and add the phases between ``t0 ≤ t1 ≤ t2 ≤ t3`` and now: drafter, target, verification, cache."""
+        for lm in models:
+            lm.compact(still)
+        self.active = [self.active[i] for i in still]
+        self.rounds += 1
+        times = (*times, time.perf_counter())
+        for key, a, b in zip(("draft", "target", "verify", "cache"), times, times[1:]):
+            self.seconds[key] += b - a
+
+    def result(self, ids_in: torch.Tensor, pad_token_id: int, drafted_per_step=None):
+        if self.streamer is not None:
+            self.streamer.end()
+        T = max(len(o) for o in self.out)
+        gen_ids = torch.full((len(self.out), T), int(pad_token_id), dtype=torch.int64, device=ids_in.device)
+        for b, o in enumerate(self.out):
+            gen_ids[b, : len(o)] = torch.as_tensor(o, dtype=torch.int64, device=ids_in.device)
+
+        def fields(tally, tokens):
+            f = tally.fields(tokens)
+            return f if drafted_per_step is None else dict(f, drafted=tally.steps * drafted_per_step)
+
+        rows = tuple(DecodeStats(**fields(t, [gen_ids[b, : len(self.out[b])].cpu().numpy()])) for b, t in enumerate(self.tallies))
+        seconds = dict(self.seconds, total=time.perf_counter() - self.t_total)
+        stats = GenerateStats(**fields(Tally.pooled(self.tallies), [r.tokens[0] for r in rows]), rows=rows, rounds=self.rounds, seconds=seconds)
+        return torch.cat([ids_in, gen_ids], dim=1), stats
+
+
+def _pad_id(model, pad_token_id, eos_token_id) -> int:
+    """``pad_token_id``, else the model's, else ``eos_token_id``, else 0."""
+    for candidate in (pad_token_id, getattr(model.config, "pad_token_id", None), eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
 @torch.no_grad()
 def generate(
     target_model,
@@ -444,34 +537,17 @@ def generate(
     Rows that accept different numbers of drafts stay in one batched forward pass. Each round emits,
     per row, its accepted drafts and one token from the target side (residual or bonus).
     """
-    t_total = time.perf_counter()
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    device = next(target_model.parameters()).device
-    ids_in, _, prompts = _check_prompts(input_ids, attention_mask, device)
+    device, ids_in, prompts, V = _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p,
+                                             max_new_tokens + k, f"{max_new_tokens} new tokens + k = {k}")
     B = ids_in.shape[0]
     if streamer is not None and B != 1:
         raise ValueError("a streamer needs batch size 1 (as in transformers)")
-    V = target_model.config.vocab_size
-    if draft_model.config.vocab_size != V:
-        raise ValueError(f"the models must share a vocabulary: target has {V} tokens, drafter {draft_model.config.vocab_size}")
-    longest = max(int(p.numel()) for p in prompts) + max_new_tokens + k
-    for name, model in (("target", target_model), ("draft", draft_model)):
-        limit = _max_positions(model)
-        if limit is not None and longest > limit:
-            raise ValueError(f"the {name} model has {limit} positions; the longest prompt + max_new_tokens + k needs {longest}")
     budget_t = torch.as_tensor(per_row(budget, B, "budget", unit="row"))  # the package's one budget rule
-    if pad_token_id is None:
-        pad_token_id = getattr(target_model.config, "pad_token_id", None)
-        pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
     probs = lambda logits: sampling_probs(logits[..., :V], temperature=temperature, top_k=top_k, top_p=top_p)  # noqa: E731
@@ -479,15 +555,12 @@ def generate(
     target_lm, draft_lm = _Batched(target_model, "target", use_cache), _Batched(draft_model, "draft", use_cache)
     target_lm.start(B)
     draft_lm.start(B)
-    seqs = list(prompts)  # real tokens per row
-    out = [[] for _ in range(B)]  # generated tokens per row
-    active = list(range(B))  # rows still generating, in batch order
-    tallies = [Tally(k) for _ in range(B)]
-    sec = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
-    rounds = 0
+    rounds = _Rounds(prompts, k, max_new_tokens, eos_token_id, streamer)
+    seqs = rounds.seqs  # real tokens per row
     if streamer is not None:
         streamer.put(prompts[0].cpu())
-    while active:
+    while rounds.active:
+        active = rounds.active
         work = [seqs[b] for b in active]
         # Draft k tokens per row.
         t0 = time.perf_counter()
@@ -517,7 +590,6 @@ def generate(
         else:
             result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep")
         t3 = time.perf_counter()
-        rounds += 1
         still = []
         for i, b in enumerate(active):
             row = result[i]
@@ -526,37 +598,10 @@ def generate(
             L = int(seqs[b].numel())
             target_lm.keep(i, L + n_acc)
             draft_lm.keep(i, L + min(n_acc, k - 1))
-            done = False
-            if eos_token_id is not None and bool((new == eos_token_id).any()):
-                new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
-                done = True
-            emit = new[: max_new_tokens - len(out[b])]
-            tallies[b].step(n_acc, int(emit.numel()))  # counts only what is returned
-            out[b].extend(emit.tolist())
-            seqs[b] = torch.cat([seqs[b], emit])
-            if streamer is not None:
-                streamer.put(emit.cpu())
-            if not done and len(out[b]) < max_new_tokens:
+            if rounds.emit(b, new, n_acc):
                 still.append(i)
-        target_lm.compact(still)
-        draft_lm.compact(still)
-        active = [active[i] for i in still]
-        t4 = time.perf_counter()
-        sec["draft"] += t1 - t0
-        sec["target"] += t2 - t1
-        sec["verify"] += t3 - t2
-        sec["cache"] += t4 - t3
-    if streamer is not None:
-        streamer.end()
-    T = max(len(o) for o in out)
-    gen_ids = torch.full((B, T), int(pad_token_id), dtype=torch.int64, device=device)
-    for b, o in enumerate(out):
-        gen_ids[b, : len(o)] = torch.as_tensor(o, dtype=torch.int64, device=device)
-    sequences = torch.cat([ids_in, gen_ids], dim=1)
-    rows = tuple(DecodeStats(**t.fields([gen_ids[b, : len(out[b])].cpu().numpy()])) for b, t in enumerate(tallies))
-    sec["total"] = time.perf_counter() - t_total
-    stats = GenerateStats(**Tally.pooled(tallies).fields([r.tokens[0] for r in rows]), rows=rows, rounds=rounds, seconds=sec)
-    return sequences, stats
+        rounds.close(still, (target_lm, draft_lm), t0, t1, t2, t3)
+    return rounds.result(ids_in, pad_token_id)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -41,9 +41,8 @@ except ImportError as exc:
     raise ImportError("mentored.integrations.trees needs torch and transformers: pip install 'mentored[hf]'") from exc
 
 from ..check.inputs import per_row
-from ..verify.decoding import DecodeStats, Tally
 from ..verify.serving import tree_sample
-from .hf import GenerateStats, _Batched, _check_prompts, _max_positions, sampling_probs
+from .hf import _Batched, _check_call, _pad_id, _Rounds, sampling_probs
 
 __all__ = ["generate_tree", "draft_tree", "full_tree"]
 
@@ -181,24 +180,10 @@ def _check(target_model, draft_model, input_ids, attention_mask, width, depth, t
     for name, value in (("width", width), ("depth", depth)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    device = next(target_model.parameters()).device
-    ids, _, prompts = _check_prompts(input_ids, attention_mask, device)
-    V = target_model.config.vocab_size
-    if draft_model.config.vocab_size != V:
-        raise ValueError(f"the models must share a vocabulary: target has {V} tokens, drafter {draft_model.config.vocab_size}")
+    device, ids, prompts, V = _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p,
+                                          extra + depth, f"{extra} new tokens + the depth {depth}")
     if width > V:
         raise ValueError(f"width {width} exceeds the vocabulary ({V} tokens): siblings carry distinct tokens")
-    longest = max(int(p.numel()) for p in prompts) + extra + depth
-    for name, model in (("target", target_model), ("draft", draft_model)):
-        limit = _max_positions(model)
-        if limit is not None and longest > limit:
-            raise ValueError(f"the {name} model has {limit} positions; the longest prompt + {extra} new tokens + the depth {depth} need {longest}")
     return device, ids, prompts, V
 
 
@@ -299,7 +284,6 @@ def generate_tree(
         ``d + 1`` among rounds that reached it, ``drafted`` the tree nodes scored
         (``width + … + width**depth`` a round); ``emitted / steps`` tokens per target pass.
     """
-    t_total = time.perf_counter()
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if max_new_tokens < 1:
@@ -308,9 +292,7 @@ def generate_tree(
                                         extra=max_new_tokens)
     B = ids_in.shape[0]
     budgets = per_row(budget, B, "budget", unit="row")
-    if pad_token_id is None:
-        pad_token_id = getattr(target_model.config, "pad_token_id", None)
-        pad_token_id = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
+    pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
 
@@ -319,13 +301,10 @@ def generate_tree(
     target_lm, draft_lm = _TreeLM(target_model, "target", use_cache, tree), _TreeLM(draft_model, "draft", use_cache, tree)
     target_lm.start(B)
     draft_lm.start(B)
-    seqs = list(prompts)
-    out = [[] for _ in range(B)]
-    active = list(range(B))
-    tallies = [Tally(depth) for _ in range(B)]
-    sec = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
-    rounds = 0
-    while active:
+    rounds = _Rounds(prompts, depth, max_new_tokens, eos_token_id)
+    seqs = rounds.seqs
+    while rounds.active:
+        active = rounds.active
         work = [seqs[b] for b in active]
         A = len(active)
         t0 = time.perf_counter()
@@ -340,7 +319,6 @@ def generate_tree(
         else:
             res, last = tree_sample(tokens.reshape(-1), parents, [N] * A, p.reshape(A * N, V), uniforms=u, **kw)
         t3 = time.perf_counter()
-        rounds += 1
         still = []
         for i, b in enumerate(active):
             row = res[i].to(torch.int64)
@@ -351,33 +329,7 @@ def generate_tree(
                 raise RuntimeError("internal error: the emitted tokens are not the accepted path's")
             target_lm.keep_path(i, path)
             draft_lm.keep_path(i, path)
-            done = False
-            if eos_token_id is not None and bool((new == eos_token_id).any()):
-                new = new[: int((new == eos_token_id).nonzero()[0, 0]) + 1]
-                done = True
-            emit = new[: max_new_tokens - len(out[b])]
-            tallies[b].step(n_acc, int(emit.numel()))
-            out[b].extend(emit.tolist())
-            seqs[b] = torch.cat([seqs[b], emit])
-            if not done and len(out[b]) < max_new_tokens:
+            if rounds.emit(b, new, n_acc):
                 still.append(i)
-        target_lm.compact(still)
-        draft_lm.compact(still)
-        active = [active[i] for i in still]
-        t4 = time.perf_counter()
-        sec["draft"] += t1 - t0
-        sec["target"] += t2 - t1
-        sec["verify"] += t3 - t2
-        sec["cache"] += t4 - t3
-    T = max(len(o) for o in out)
-    gen_ids = torch.full((B, T), int(pad_token_id), dtype=torch.int64, device=device)
-    for b, o in enumerate(out):
-        gen_ids[b, : len(o)] = torch.as_tensor(o, dtype=torch.int64, device=device)
-
-    def fields(tally, tokens):  # drafted: the tree's nodes a round, not `depth`
-        return dict(tally.fields(tokens), drafted=tally.steps * (N - 1))
-
-    rows = tuple(DecodeStats(**fields(t, [gen_ids[b, : len(out[b])].cpu().numpy()])) for b, t in enumerate(tallies))
-    sec["total"] = time.perf_counter() - t_total
-    stats = GenerateStats(**fields(Tally.pooled(tallies), [r.tokens[0] for r in rows]), rows=rows, rounds=rounds, seconds=sec)
-    return torch.cat([ids_in, gen_ids], dim=1), stats
+        rounds.close(still, (target_lm, draft_lm), t0, t1, t2, t3)
+    return rounds.result(ids_in, pad_token_id, drafted_per_step=N - 1)  # drafted: the tree's nodes a round, not `depth`
