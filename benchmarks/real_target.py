@@ -14,8 +14,7 @@ between rows: HF rows get eos_token_id=None), sampling at temperature 1 with no 
   (c) mentored.hf.generate at budget 0 (lossless speculative sampling);
   (d) mentored.hf.generate under kl, tv and hellinger budgets;
 
-first a sweep of k at budget 0 and at one lossy budget on a few prompts, whose best k each row then
-uses; then batch 1 (one prompt at a time) and batch 4 (mentored and the target alone: HF's assisted
+first a sweep of k for every setting on a few prompts, whose best k that setting's row then uses; then batch 1 (one prompt at a time) and batch 4 (mentored and the target alone: HF's assisted
 generation takes one sequence). For each configuration (both models' dtype / torch threads): forward-pass
 costs, tokens/s, target forward passes per token (counted by a hook on the target), acceptance and
 the wall-time split of mentored rounds.
@@ -49,7 +48,7 @@ from mentored.demo.real import PAD, hf_sampling, held_out_prompts, run_alone, ru
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = {"kl": (0.2, 1.0), "tv": (0.3,), "hellinger": (0.2,)}
 QUALITY_BUDGETS = {"kl": (0.01, 0.05, 0.2, 1.0), "tv": (0.03, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
-KS = (2, 3, 4, 6, 8)
+KS = (2, 3, 4, 6)
 GENERIC = [  # out-of-domain prompts for the target's own samples
     "Write a short story about a lighthouse keeper.", "Explain how photosynthesis works.", "What are good habits for sleeping well?",
     "Describe the city of Rome to a tourist.", "Give me a recipe for a vegetable soup.", "Why is the sky blue?",
@@ -66,13 +65,14 @@ def decode(pair, prompts, new, config, sweep_prompts, seed=0):
     rows = {}
     run_mentored(tgt, dft, prompts[:1], 8, seed, 2, "kl", 0.0)  # warm-up: first-call costs out of the timings
     run_alone(tgt, prompts[:1], 8, seed)
-    # k by measurement: budget 0 and one lossy setting, on a few prompts.
+    # k by measurement for every setting, on a few prompts.
+    settings = [("(c) mentored, budget 0", "kl", 0.0)] + [(f"(d) mentored, {d} {b:g}", d, b) for d, bs in BUDGETS.items() for b in bs]
     sweep = {}
-    for name, div, budget in (("lossless", "kl", 0.0), ("kl 1", "kl", 1.0)):
+    for name, div, budget in settings:
         sweep[name] = {k: run_mentored(tgt, dft, sweep_prompts, new // 2, seed, k, div, budget)["tokens_per_s"] for k in KS}
         print(f"  {config}: k sweep ({name}): " + ", ".join(f"k={k} {v:.1f}" for k, v in sweep[name].items()), flush=True)
-    k0 = max(sweep["lossless"], key=sweep["lossless"].get)
-    k1 = max(sweep["kl 1"], key=sweep["kl 1"].get)
+    best = {name: max(s, key=s.get) for name, s in sweep.items()}
+    k0 = best["(c) mentored, budget 0"]
 
     def row(name, result):
         rows[name] = result
@@ -82,14 +82,12 @@ def decode(pair, prompts, new, config, sweep_prompts, seed=0):
     row("(a) target alone", run_alone(tgt, prompts, new, seed))
     row("(b) HF assisted, defaults", run_assisted(tgt, copy.deepcopy(dft), prompts, new, seed))
     row(f"(b) HF assisted, k={k0}", run_assisted(tgt, copy.deepcopy(dft), prompts, new, seed, k=k0))
-    row("(c) mentored, budget 0", run_mentored(tgt, dft, prompts, new, seed, k0, "kl", 0.0))
-    for div, budgets in BUDGETS.items():
-        for b in budgets:
-            row(f"(d) mentored, {div} {b:g}", run_mentored(tgt, dft, prompts, new, seed, k1, div, b))
+    for name, div, budget in settings:
+        row(name, run_mentored(tgt, dft, prompts, new, seed, best[name], div, budget))
     row("(a) target alone, batch 4", run_alone(tgt, prompts, new, seed, batch=4))
     row("(c) mentored, budget 0, batch 4", run_mentored(tgt, dft, prompts, new, seed, k0, "kl", 0.0, batch=4))
-    row("(d) mentored, kl 1, batch 4", run_mentored(tgt, dft, prompts, new, seed, k1, "kl", 1.0, batch=4))
-    return dict(rows=rows, sweep={n: {str(k): v for k, v in s.items()} for n, s in sweep.items()}, k_lossless=k0, k_lossy=k1)
+    row("(d) mentored, kl 1, batch 4", run_mentored(tgt, dft, prompts, new, seed, best["(d) mentored, kl 1"], "kl", 1.0, batch=4))
+    return dict(rows=rows, sweep={n: {str(k): v for k, v in s.items()} for n, s in sweep.items()}, k=best)
 
 
 @torch.no_grad()
@@ -130,34 +128,28 @@ def pass_costs(pair, threads, context: int = 200, repeats: int = 15) -> dict:
 
 
 @torch.no_grad()
-def laws(model, ids: np.ndarray, start: int, stop: int, context: int = 512) -> np.ndarray:
-    """Rows i in [start, stop): the model's law of ids[i + 1] given ids[w:i + 1], w the start of i's window of ``context``."""
-    out = []
-    for lo in range(start - start % context, stop, context):
-        hi = min(lo + context, ids.size)
-        x = torch.from_numpy(np.ascontiguousarray(ids[lo:hi]))[None]
-        p = torch.softmax(model(input_ids=x).logits[0].double(), -1).numpy()
-        a, b = max(start, lo), min(stop, hi - 1)
-        out.append(p[a - lo : b - lo])
-    return np.concatenate(out)
+def laws(model, window: np.ndarray) -> np.ndarray:
+    """Row i: the model's law of window[i + 1] given window[:i + 1] (float64, ``len(window) - 1`` rows)."""
+    x = torch.from_numpy(np.ascontiguousarray(window))[None]
+    return torch.softmax(model(input_ids=x).logits[0, :-1].double(), -1).numpy()
 
 
-def quality(pair, ids: np.ndarray, chunk: int = 256) -> dict:
-    """Bits per token of p, q and pi at each budget on ``ids`` (next-token prediction inside windows of
-    512), with the mean edge d(U) − p(U) and the first-order gain s (d(U)/p(U) − d(L)/p(L))."""
+def windows(ids: np.ndarray, context: int = 512) -> list:
+    """``ids`` cut into windows of ``context`` tokens, each scored from its first token."""
+    return [(ids[start : start + context], 0) for start in range(0, ids.size - 1, context)]
+
+
+def quality(pair, segments: list) -> dict:
+    """Bits per token of p, q and pi at each budget on ``segments`` (``(ids, first)``: each token after
+    position ``first`` predicted from all before it), with the mean edge d(U) − p(U) and the
+    first-order gain s (d(U)/p(U) − d(L)/p(L)), d the observed next token."""
     tgt, dft = pair.target, pair.drafter
-    n = ids.size - 1
     sums = {"p": 0.0, "q_finite": 0.0, "q_zero": 0}
     per = {(d, b): dict(bits=0.0, predicted=0.0, acceptance=0.0) for d, bs in QUALITY_BUDGETS.items() for b in bs}
-    edge_sum = 0.0
+    edge_sum = edge_sq = 0.0
     counted = 0
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        if stop - start < 1:
-            break
-        P, Q = laws(tgt, ids, start, stop), laws(dft, ids, start, stop)
-        keep = np.array([(i % 512) != 511 for i in range(start, stop)])  # the last token of a window has no next token in it
-        P, Q, y = P[keep], Q[keep], ids[start + 1 : stop + 1][keep]
+    for window, first in segments:
+        P, Q, y = laws(tgt, window)[first:], laws(dft, window)[first:], window[first + 1 :]
         rows = np.arange(y.size)
         py, qy = P[rows, y], Q[rows, y]
         sums["p"] += float(-np.log2(py).sum())
@@ -167,23 +159,27 @@ def quality(pair, ids: np.ndarray, chunk: int = 256) -> dict:
         pU, pL = np.where(up, P, 0).sum(-1), np.where(low, P, 0).sum(-1)
         dU, dL = up[rows, y].astype(float), low[rows, y].astype(float)
         edge_sum += float((dU - pU).sum())
+        edge_sq += float(((dU - pU) ** 2).sum())
         for (div, b), acc in per.items():
             sol = mentored.solve(P, Q, divergence=div, budget=b)
-            acc["bits"] += float(-np.log2(sol.pi[rows, y]).sum())
+            with np.errstate(divide="ignore"):  # pi = q = 0 off the drafter's sub-vocabulary once the budget reaches D(q||p)
+                acc["bits"] += float(-np.log2(sol.pi[rows, y]).sum())
             acc["predicted"] += float((np.asarray(sol.s) * (dU / np.maximum(pU, 1e-300) - dL / np.maximum(pL, 1e-300))).sum()) / np.log(2)
             acc["acceptance"] += float(np.asarray(sol.acceptance).sum())
         counted += y.size
     out = dict(tokens=counted, bits_p=sums["p"] / counted, bits_q_on_support=sums["q_finite"] / max(counted - sums["q_zero"], 1),
-               q_zero_fraction=sums["q_zero"] / counted, edge=edge_sum / counted, budgets=[])
+               q_zero_fraction=sums["q_zero"] / counted, edge=edge_sum / counted,
+               edge_se=float(np.sqrt(max(edge_sq / counted - (edge_sum / counted) ** 2, 0.0) / counted)), budgets=[])
     for (div, b), acc in per.items():
         bits = acc["bits"] / counted
-        out["budgets"].append(dict(divergence=div, budget=b, bits_pi=bits, gain=out["bits_p"] - bits, predicted_gain=acc["predicted"] / counted,
+        out["budgets"].append(dict(divergence=div, budget=b, bits_pi=bits, gain=out["bits_p"] - bits, predicted_gain=float(acc["predicted"] / counted),
                                    acceptance=acc["acceptance"] / counted))
     return out
 
 
-def own_samples(pair, tokens: int, seed: int = 0) -> np.ndarray:
-    """The target's own samples at temperature 1 from generic chat prompts, joined: out-of-domain text."""
+def own_samples(pair, tokens: int, seed: int = 0) -> list:
+    """The target's own samples at temperature 1 from generic chat prompts, each after its prompt
+    (scored from the first sampled token): out-of-domain text whose true law is p itself."""
     tok = pair.tokenizer
     rows = [tok.apply_chat_template([{"role": "user", "content": g}], add_generation_prompt=True, tokenize=True) for g in GENERIC]
     rows = [r["input_ids"] if isinstance(r, dict) or hasattr(r, "keys") else r for r in rows]
@@ -192,7 +188,7 @@ def own_samples(pair, tokens: int, seed: int = 0) -> np.ndarray:
     new = max(16, tokens // len(rows))
     out = pair.target.generate(ids, attention_mask=mask, **hf_sampling(new))
     gen = out[:, ids.shape[1] :].numpy()
-    return np.concatenate([np.concatenate([np.asarray(r), g]) for r, g in zip(rows, gen)])
+    return [(np.concatenate([np.asarray(r), g]), len(r) - 1) for r, g in zip(rows, gen)]
 
 
 def figure(results, path):
@@ -201,7 +197,24 @@ def figure(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (cx, ax, bx) = plt.subplots(1, 3, figsize=(19, 4.8), gridspec_kw=dict(width_ratios=[0.8, 1.2, 1]))
+    import csv
+
+    from mentored.integrations.smollm import DRAFTER_DIR
+
+    with open(DRAFTER_DIR / "curves.csv", newline="") as f:
+        curve = list(csv.DictReader(f))
+    steps = [int(r["step"]) for r in curve]
+    cx.plot(steps, [float(r["train_bits"]) for r in curve], label="drafter, training batch", lw=1)
+    cx.plot(steps, [float(r["valid_bits"]) for r in curve], label="drafter, validation", lw=1.5)
+    drafter_results = json.loads((DRAFTER_DIR / "results.json").read_text())
+    cx.axhline(drafter_results["target"]["test_bits"], color="k", ls="--", lw=0.8, label="target, test")
+    cx.axhline(drafter_results["drafter"]["test_bits"], color="C1", ls=":", lw=0.8, label="drafter, test")
+    cx.set_xlabel("optimiser step (16 windows of 512 tokens)")
+    cx.set_ylabel("bits per token of the next token")
+    cx.set_title("the drafter's training")
+    cx.set_ylim(2, 10)
+    cx.legend(fontsize=7)
     configs = list(results["decode"])
     names = [n for n in results["decode"][configs[0]]["rows"] if "batch 4" not in n]
     width = 0.8 / len(configs)
@@ -237,7 +250,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, one thread, 1,024 evaluation tokens: a check that it runs")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "real_target_results.json")
+    ap.add_argument("--figure-only", action="store_true", help="redraw docs/real_target.png from --out")
     args = ap.parse_args(argv)
+    if args.figure_only:
+        figure(json.loads(args.out.read_text()), ROOT / "docs" / "real_target.png")
+        return 0
     if args.quick:
         args.prompts, args.new_tokens, args.configs, args.eval_tokens = 3, 32, ["float32/1"], 1024
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -260,11 +277,11 @@ def main(argv=None) -> int:
         results["decode"][config] = decode(pair, prompts, args.new_tokens, config, sweep_prompts)
     torch.set_num_threads(2)
     print("quality: in-domain (test split) and the target's own samples", flush=True)
-    results["quality"] = dict(in_domain=quality(pair, splits.test[: args.eval_tokens + 1]),
+    results["quality"] = dict(in_domain=quality(pair, windows(splits.test[: args.eval_tokens + 1])),
                               out_of_domain=quality(pair, own_samples(pair, args.eval_tokens // 2)))
     for key, q in results["quality"].items():
         print(f"  {key}: {q['tokens']} tokens, bits(p) {q['bits_p']:.4f}, bits(q) {q['bits_q_on_support']:.4f} where q > 0 "
-              f"(q = 0 on {q['q_zero_fraction']:.2%}), edge d(U) - p(U) = {q['edge']:+.4f}")
+              f"(q = 0 on {q['q_zero_fraction']:.2%}), edge d(U) - p(U) = {q['edge']:+.4f} ± {q['edge_se']:.4f}")
         for r in q["budgets"]:
             print(f"    {r['divergence']:>9} {r['budget']:<5g} acceptance {r['acceptance']:.3f}  bits(pi) {r['bits_pi']:.4f}  gain {r['gain']:+.4f}  predicted {r['predicted_gain']:+.4f}")
     results["seconds"] = time.perf_counter() - t0

@@ -9,6 +9,7 @@ The timing helpers are shared with ``benchmarks/real_target.py``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import time
@@ -41,14 +42,24 @@ def available() -> bool:
 
 
 class PassCounter:
-    """Counts forward calls of a model (a pre-hook)."""
+    """Counts a model's forward passes per row (a pre-hook): a batched call counts once for each row."""
 
     def __init__(self, model):
         self.n = 0
+        self.batch = 1
         self.handle = model.register_forward_pre_hook(self._hook)
 
     def _hook(self, *args):
-        self.n += 1
+        self.n += self.batch
+
+    @contextlib.contextmanager
+    def rows(self, batch: int):
+        """Calls inside the block are batches of ``batch`` rows."""
+        self.batch = batch
+        try:
+            yield
+        finally:
+            self.batch = 1
 
 
 def held_out_prompts(splits, tok, n: int, length: int = 64) -> list[list[int]]:
@@ -70,11 +81,12 @@ def run_alone(target, prompts, new, seed, batch=1):
     t0 = time.perf_counter()
     for i in range(0, len(prompts), batch):
         ids, mask = left_pad(prompts[i : i + batch], PAD)
-        target.generate(ids, attention_mask=mask, **hf_sampling(new))
+        with counter.rows(len(ids)):
+            target.generate(ids, attention_mask=mask, **hf_sampling(new))
     seconds = time.perf_counter() - t0
     counter.handle.remove()
     tokens = len(prompts) * new
-    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens * batch)
+    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens)
 
 
 def run_assisted(target, drafter, prompts, new, seed, k=None):
@@ -98,7 +110,7 @@ def run_assisted(target, drafter, prompts, new, seed, k=None):
 
 def run_mentored(target, drafter, prompts, new, seed, k, divergence, budget, batch=1, keep=None):
     """:func:`mentored.hf.generate` over ``prompts`` in batches; ``keep``, a list, receives each row's new tokens."""
-    counter = PassCounter(target)
+    passes = 0
     split = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
     accepted = drafted = 0
     t0 = time.perf_counter()
@@ -110,11 +122,11 @@ def run_mentored(target, drafter, prompts, new, seed, k, divergence, budget, bat
         for key in split:
             split[key] += st.seconds[key]
         accepted += st.accepted
+        passes += st.steps  # target passes, per row (a row leaves the batch when it is done)
         drafted += st.verified
     seconds = time.perf_counter() - t0
-    counter.handle.remove()
     tokens = len(prompts) * new
-    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=counter.n / tokens * batch,
+    return dict(tokens=tokens, seconds=seconds, tokens_per_s=tokens / seconds, passes_per_token=passes / tokens,
                 acceptance=accepted / max(drafted, 1), split={key: v / seconds for key, v in split.items()}, k=k)
 
 
