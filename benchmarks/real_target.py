@@ -48,7 +48,7 @@ from mentored.demo.real import PAD, hf_sampling, held_out_prompts, run_alone, ru
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = {"kl": (0.2, 1.0), "tv": (0.3,), "hellinger": (0.2,)}
 QUALITY_BUDGETS = {"kl": (0.01, 0.05, 0.2, 1.0), "tv": (0.03, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
-KS = (2, 3, 4, 6)
+KS = (1, 2, 3, 4, 6)
 GENERIC = [  # out-of-domain prompts for the target's own samples
     "Write a short story about a lighthouse keeper.", "Explain how photosynthesis works.", "What are good habits for sleeping well?",
     "Describe the city of Rome to a tourist.", "Give me a recipe for a vegetable soup.", "Why is the sky blue?",
