@@ -278,3 +278,14 @@ def test_the_demo_decodes_the_real_pair(real_pair, monkeypatch, capsys):
     for label in ("target alone", "HF assisted generation", *(s[0] for s in demo.SETTINGS)):
         assert label in out, label
     assert "lossless:" in out and "kl 1:" in out
+
+
+@real
+def test_the_demo_refuses_more_prompts_than_held_out_documents(real_pair):
+    from mentored.demo.real import held_out_prompts
+    from mentored.integrations.train_smollm import token_splits
+
+    splits = token_splits(real_pair.tokenizer)
+    assert len(held_out_prompts(splits, real_pair.tokenizer, 3)) == 3
+    with pytest.raises(ValueError, match="--prompts 100000: the held-out split has"):
+        held_out_prompts(splits, real_pair.tokenizer, 100000)

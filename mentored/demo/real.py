@@ -64,6 +64,8 @@ class PassCounter:
 def held_out_prompts(splits, tok, n: int, length: int = 64) -> list[list[int]]:
     """The first ``length`` tokens of ``n`` test documents, evenly spaced among those long enough."""
     docs = [d for d in splits.test_documents if len(tok(d, add_special_tokens=False).input_ids) > length + 16]
+    if n > len(docs):
+        raise ValueError(f"--prompts {n}: the held-out split has {len(docs)} documents long enough for a prompt; ask for at most {len(docs)}")
     step = max(1, len(docs) // n)
     return [tok(docs[i * step], add_special_tokens=False).input_ids[:length] for i in range(n)]
 
