@@ -181,8 +181,9 @@ def run(args) -> int:
         k = res.get("k", k0 if name.startswith("HF") else "")
         print(f"{name:<34} {k:>2} {res['tokens_per_s']:8.1f} {res['tokens_per_s'] / base:7.2f}x {res['passes_per_token']:10.3f} {acc}")
     print("\nLegend: k = drafts per target pass (--k sets it for every row); speed-up against the target alone in")
-    print("this run; passes/tok = target forward passes per token; accept = accepted / verified drafts. Lossless rows emit exactly the target's law; mentored rows emit the")
-    print("optimal pi within the budget (D_f(pi || p) <= eps at every position). Quality on held-out text: docs/neural.md.")
+    print("this run; passes/tok = target forward passes per token; accept = accepted / verified drafts.")
+    print("Lossless rows emit exactly the target's law; mentored rows emit the optimal pi within the budget")
+    print("(D_f(pi || p) <= eps at every position). Quality on held-out text: docs/neural.md.")
     lossless, lossy = texts[SETTINGS[0][0]], texts[SETTINGS[1][0]]
     tok = pair.tokenizer
     print(f"\nThe first prompt, continued:\n  prompt:   ...{tok.decode(prompts[0][-24:])!r}")
