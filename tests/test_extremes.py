@@ -1,6 +1,6 @@
 """Answers exact at the extremes, in the core.
 
-Each test holds a row as it was reported, and failed on the code before the change:
+Each test holds a row that once went wrong, as it was found:
 
 - ratios q/p past DBL_MAX (a tiny p_i > 0 is a target token, not a target zero), judged by an
   mpmath evaluation of the optimum at 60 digits;
@@ -221,7 +221,7 @@ def test_huge_thresholds_in_many_tokens():
 
 
 def _one_heavy_row(n=2**20):
-    # Issue 18, item 2: 2^20 tokens, p = (1 − 1e-12, the rest equal); the drafter on the rest.
+    # 2^20 tokens, p = (1 − 1e-12, the rest equal); the drafter on the rest.
     p = np.full(n, 1e-12 / (n - 1))
     p[0] = 1 - 1e-12
     q = np.full(n, 1.0 / (n - 1))
@@ -495,14 +495,14 @@ def test_buffers_shrink_after_a_large_call():
 
 
 def test_the_definition_takes_terms_past_dbl_max_without_the_ratio():
-    # kl and chi2 (f∞ = ∞) may now put mass where π/p overflows; the definition used to call that ∞.
+    # kl and chi2 (f∞ = ∞) may put mass where π/p overflows: the terms are finite, not ∞.
     kl, chi2 = mentored.divergence("kl"), mentored.divergence("chi2")
     assert_allclose(kl(np.array([0.5, 0.5]), np.array([1.0, 1e-310])), 0.5 * np.log(0.5) + 0.5 * (np.log(0.5) - np.log(1e-310)), rtol=1e-14)
     assert_allclose(chi2(np.array([0.999, 1e-3]), np.array([1.0, 1e-312])), 1e-6 + (1e-3 - 1e-312) ** 2 / 1e-312, rtol=1e-12)
 
 
 def test_row_sums_are_compensated_on_long_rows():
-    # Issue 18, item 2: the four-lane plain sum was off by 2.5e-13 on this row of 2^20 tokens.
+    # A four-lane plain sum is off by 2.5e-13 on this row of 2^20 tokens; the compensated one is not.
     n = 2**20
     p = np.full(n, 1e-12 / (n - 1))
     p[0] = 1 - 1e-12

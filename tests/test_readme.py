@@ -119,3 +119,19 @@ def test_missing_extras_are_named():
     )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_extras_take_any_recent_torch():
+    """A user who installed torch (a CPU build, a newer release) keeps it: every extra asks for a range
+    that admits the releases from 2.1 on, so `pip install '.[test]' torch==2.14.1` resolves."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    torch_reqs = [Requirement(r) for reqs in extras.values() for r in reqs if Requirement(r).name == "torch"]
+    assert {"torch", "hf", "smollm", "test"} <= {name for name, reqs in extras.items() if any(r.startswith("torch") for r in reqs)}
+    for req in torch_reqs:
+        for version in ("2.1.0", "2.13.0", "2.13.0+cpu", "2.14.1", "3.0.0"):
+            assert req.specifier.contains(Version(version)), (str(req), version)

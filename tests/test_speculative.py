@@ -196,8 +196,8 @@ def test_core_refuses_bad_ids_and_shapes():
 
 
 def _two_calls(p, bonus, q, draft, u, div, budget, zeros):
-    """speculative_step as it was before the one-call core: every position's π in Python, then the
-    core's decision call with π given."""
+    """speculative_step in two calls: every position's π in Python, then the core's decision call
+    with π given."""
     from mentored.backends.host import solve_pi
 
     B, k, V = q.shape
