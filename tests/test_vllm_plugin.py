@@ -792,7 +792,8 @@ def test_v2_a_wider_draft_vocabulary_with_zeros_continue_refuses_to_start(monkey
                                draft_model_config=SimpleNamespace(get_vocab_size=lambda: draft))
 
     monkeypatch.setenv("MENTORED_ZEROS", "continue")
-    with pytest.raises(vp.MentoredRefusal, match=r"draft model's vocabulary \(152064 tokens\) is wider than the target's \(151936\).*MENTORED_ZEROS=keep"):
+    wider = r"draft model's vocabulary \(152064 tokens\) is wider than the target's \(151936\).*MENTORED_ZEROS=keep"
+    with pytest.raises(vp.MentoredRefusal, match=wider):
         cls(object(), spec(151936, 152064), torch.device("cpu"))
     for ok in (spec(152064, 151936), spec(151936, 152064, "greedy")):
         cls(object(), ok, torch.device("cpu"))

@@ -350,8 +350,9 @@ def _check_vocabularies(spec_config, config: MentoredConfig) -> None:
     except AttributeError:
         return  # not told here: verify_logits checks the rows it is given
     if isinstance(target, int) and isinstance(draft, int) and draft > target:
-        raise MentoredRefusal(f"the draft model's vocabulary ({draft} tokens) is wider than the target's ({target}), and zeros='continue' could "
-                              "emit the drafter's tokens the target does not have: set MENTORED_ZEROS=keep, or unset MENTORED_* to verify without mentored")
+        raise MentoredRefusal(f"the draft model's vocabulary ({draft} tokens) is wider than the target's ({target}), and zeros='continue' "
+                              "could emit the drafter's tokens the target does not have: set MENTORED_ZEROS=keep, or unset MENTORED_* "
+                              "to verify without mentored")
 
 
 def _mulhilo32(a: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
