@@ -352,3 +352,36 @@ def test_every_device_verification_is_one_function(monkeypatch, rng):
         got = serving.rejection_sample(t(ids_), n, None if dq is None else t(dq), t(P), t(bonus), **kw)
         np.testing.assert_array_equal(got.numpy(), want)
         assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("budget", [0.0, 0.3])
+def test_huge_logits_give_the_cores_decisions_on_the_device_path(monkeypatch, rng, dense, budget):
+    """Logits at float32's extremes (all 3e38; ±3e38 beside −inf): the device path's p_x (from the
+    logit and the row's log-sum-exp, token-only drafts) and its rows equal the core's softmax, so every
+    decision and token equals the numpy path's on the same uniforms."""
+    import mentored.verify.serving as serving
+
+    big = 3e38
+    V = 8
+    rows = [
+        np.full(V, big),
+        np.array([big, -big, -np.inf, big, 0.0, -big, big, -np.inf]),
+        np.array([-big, -big, -np.inf, -big, -big, -big, -big, -big]),
+        np.array([big, big, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf, -np.inf]),
+        np.array([-np.inf, 1.0, -big, big / 2, big / 2, -np.inf, 0.0, 2.0]),
+    ]
+    logits = np.array([rows[i % len(rows)] for i in range(40)], dtype=np.float32)
+    T = logits.shape[0]
+    n = [4] * (T // 4)
+    draft = rng.integers(0, V, T)
+    q = rng.dirichlet(np.ones(V), T).astype(np.float32) if dense else None
+    bonus = rng.integers(0, V, (len(n), 1))
+    u = rng.random((T, 2))
+    kw = dict(divergence="kl", budget=budget, uniforms=u, logits=True)
+    want = serving.rejection_sample(draft, n, q, logits, bonus, **kw)
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # the device algorithm, on CPU tensors
+    t = torch.from_numpy
+    for validate in (True, False):
+        got = serving.rejection_sample(t(draft), n, None if q is None else t(q), t(logits), t(bonus), validate=validate, **kw)
+        np.testing.assert_array_equal(got.numpy(), want)

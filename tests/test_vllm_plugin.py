@@ -423,7 +423,7 @@ def _vllm_v2_rule(b, u):
                     continue
                 row.append(int(p.argmax()))
                 break
-            if x >= 0 and math.log(p[x]) > math.log(u0) + math.log(q[x]):
+            if x >= 0 and float(p[x].log()) > math.log(u0) + float(q[x].log()):  # log 0 = −inf: a token of one side only
                 row.append(x)
                 continue
             res = (p - q).clamp(min=0) if x >= 0 else p
@@ -506,7 +506,9 @@ def test_v2_layout_gives_ids_in_range_for_rows_without_a_law(rng, fill):
     for dense in (True, False):
         b = _v2_batch(rng, [3, 2], V, greedy=[1], dense=dense)
         b["logits"][:] = fill
-        sampled, num = vp.verify_logits(**b, config=vp.MentoredConfig("kl", 0.1))
+        with pytest.raises(ValueError, match="NaN"):  # validated: refused
+            vp.verify_logits(**b, config=vp.MentoredConfig("kl", 0.1))
+        sampled, num = vp.verify_logits(**b, config=vp.MentoredConfig("kl", 0.1), validate=False)  # the plugin's mode
         assert bool((num >= 1).all())
         for r in range(2):
             got = sampled[r, : int(num[r])]
@@ -516,7 +518,8 @@ def test_v2_layout_gives_ids_in_range_for_rows_without_a_law(rng, fill):
 @pytest.mark.parametrize("dense", [True, False])
 def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense, host_reads):
     """Given vLLM's host copies (cu_num_logits_np, temperature.np, idx_mapping_np), verify_logits on the
-    device algorithm (the one a GPU runs; here on CPU tensors) reads no tensor back to the host: the
+    device algorithm (the one a GPU runs; here on CPU tensors) without validation (the plugin's mode)
+    reads no tensor back to the host: the
     uniforms come from position_uniforms on the device, p_x from the logit. Given the layout as a
     tensor instead, it must read it (the case that shows the check sees reads)."""
     import mentored.backends
@@ -530,11 +533,11 @@ def test_v2_layout_reads_nothing_back_from_the_device(rng, monkeypatch, dense, h
     want = vp.verify_logits(**b, config=cfg)
     host = dict(b, cu_num_logits=b["cu_num_logits"].numpy(), temperature=b["temperature"].numpy(), idx_mapping_np=b["idx_mapping"].numpy())
     with host_reads() as mode:
-        got = vp.verify_logits(**host, config=cfg)
+        got = vp.verify_logits(**host, config=cfg, validate=False)
     assert mode.reads == []
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     with host_reads() as mode:
-        vp.verify_logits(**b, config=cfg)
+        vp.verify_logits(**b, config=cfg, validate=False)
     assert mode.reads
 
 
@@ -602,3 +605,197 @@ def test_v2_sampler_verifies_each_chunk_from_vllms_host_layout(rng, monkeypatch,
         want = vp.verify_logits(b["logits"][lo:hi], None, b["draft_sampled"][lo:hi], cu_np[s : e + 1] - lo, b["pos"][lo:hi],
                                 b["idx_mapping"][s:e], b["temperature"], b["seeds"], 3, built.mentored_config)
         assert torch.equal(sampled, want[0]) and torch.equal(num, want[1])
+
+
+def _pad(x, width, value):
+    return torch.nn.functional.pad(x, (0, width - x.shape[-1]), value=value)
+
+
+def _accepting(rng, b, n):
+    """Draft rows near the target's and drafts at its argmax, so that positions past the first are reached."""
+    V = b["draft_logits"].shape[-1]
+    for r, state in enumerate(b["idx_mapping"].tolist()):
+        s = int(b["cu_num_logits"][r])
+        for i in range(n[r]):
+            b["draft_logits"][state, i] = b["logits"][s + i, :V] + torch.as_tensor(rng.normal(size=V) * 0.3, dtype=torch.float32)
+            b["draft_sampled"][s + i + 1] = int(b["logits"][s + i, :V].argmax())
+
+
+def test_v2_narrower_draft_rows_are_q_zero_past_the_drafters_vocabulary(rng):
+    """Draft rows of V' < V entries (a target head padded past the drafter's): column j is target token
+    j, and q = 0 on the tokens from V' on. Budget 0 is vLLM's rule on the rows padded with −inf (the
+    target's whole vocabulary, its last tokens emitted too), decision for decision, given the uniforms."""
+    V, Vd = 12, 8
+    cfg = vp.MentoredConfig("kl", 0.0)
+    emitted = set()
+    for trial in range(30):
+        n = [int(k) for k in rng.integers(0, 4, 3)]
+        b = _v2_batch(rng, n, V, greedy=[1] if trial % 3 == 0 else [])
+        b["logits"][:, Vd:] += 2.0  # mass on the tokens the drafter lacks
+        b["draft_logits"] = b["draft_logits"][..., :Vd].contiguous()
+        b["draft_sampled"] = b["draft_sampled"] % Vd
+        if trial % 2:
+            _accepting(rng, b, n)
+        u = rng.random((sum(n) + len(n), 2)) * 0.999 + 1e-4
+        sampled, num = vp.verify_logits(**b, config=cfg, uniforms=u)
+        got = [sampled[r, : int(num[r])].tolist() for r in range(len(n))]
+        assert got == _vllm_v2_rule(dict(b, draft_logits=_pad(b["draft_logits"], V, -torch.inf)), u), (trial, n)
+        emitted.update(t for row in got for t in row)
+    assert emitted & set(range(Vd, V))  # the target's tokens past the drafter's head are emitted
+
+
+def test_v2_wider_draft_rows_keep_the_targets_vocabulary_or_are_refused(rng):
+    """Draft rows of V' > V entries (a padded draft head): the target has p = 0 on the tokens from V on.
+    With zeros="keep" budget 0 is vLLM's rule on the target padded with −inf: a draft past V is
+    rejected and no id past V is emitted. With zeros="continue", refused, naming both widths."""
+    V, Vd = 8, 12
+    cfg = vp.MentoredConfig("tv", 0.0)
+    drafted_past = 0
+    for trial in range(30):
+        n = [int(k) for k in rng.integers(0, 4, 3)]
+        b = _v2_batch(rng, n, Vd, greedy=[1] if trial % 3 == 0 else [])
+        if trial % 2:
+            _accepting(rng, b, n)
+        b["logits"] = b["logits"][:, :V].contiguous()
+        drafted_past += int((b["draft_sampled"] >= V).sum())
+        u = rng.random((sum(n) + len(n), 2)) * 0.999 + 1e-4
+        sampled, num = vp.verify_logits(**b, config=cfg, uniforms=u)
+        got = [sampled[r, : int(num[r])].tolist() for r in range(len(n))]
+        assert got == _vllm_v2_rule(dict(b, logits=_pad(b["logits"], Vd, -torch.inf)), u), (trial, n)
+        assert all(0 <= t < V for row in got for t in row)
+    assert drafted_past
+    for cont in (vp.MentoredConfig("tv", 0.3, "continue"), vp.MentoredConfig("kl", 0.0, "continue")):
+        with pytest.raises(ValueError, match=f"draft_logits rows have {Vd} entries and the target's logits {V}.*zeros='keep'"):
+            vp.verify_logits(**b, config=cont, uniforms=u)
+
+
+@pytest.mark.parametrize("device_code", [False, True])
+def test_v2_draft_ids_out_of_range_are_refused_or_decided_as_placeholders(rng, monkeypatch, device_code):
+    """A draft id past the vocabulary or below −1: refused (ValueError naming the id, the request and
+    the range) with validation; without it (the plugin's mode) decided as the placeholder −1, with
+    nothing indexed out of range, on the core and on the device algorithm."""
+    if device_code:
+        import mentored.backends
+
+        from mentored.backends import torch as torch_backend
+
+        monkeypatch.setattr(mentored.backends, "CPU_SOLVER", "torch")
+        monkeypatch.setattr(torch_backend, "_host_reads", lambda x: False)
+    V = 10
+    cfg = vp.MentoredConfig("kl", 0.2)
+    for dense in (True, False):
+        b = _v2_batch(rng, [3, 2], V, greedy=[1], dense=dense)
+        u = rng.random((7, 2))
+        for bad, row in ((V, 2), (V + 1000, 5), (-3, 1)):  # logits rows 2 and 5 draft for request 0 and 1; row 1 for request 0
+            odd = dict(b, draft_sampled=b["draft_sampled"].clone())
+            odd["draft_sampled"][row + 1] = bad
+            with pytest.raises(ValueError, match=rf"draft_sampled holds the draft {bad} of request {int(row >= 4)} .*outside \[0, {V}\)"):
+                vp.verify_logits(**odd, config=cfg, uniforms=u)
+            held = dict(b, draft_sampled=odd["draft_sampled"].clone())
+            held["draft_sampled"][row + 1] = -1
+            got = vp.verify_logits(**odd, config=cfg, uniforms=u, validate=False)
+            want = vp.verify_logits(**held, config=cfg, uniforms=u, validate=False)
+            assert all(torch.equal(g, w) for g, w in zip(got, want)), (dense, bad)
+
+
+def test_v2_a_layout_that_is_not_one_is_refused(rng):
+    """cu_num_logits must be 0, then nondecreasing by 1 or more per request (its bonus row), ending at
+    the number of logits rows, one entry per request of idx_mapping: anything else is refused by a
+    ValueError that names it (not an IndexError, and not token 0 for a request without rows)."""
+    b = _v2_batch(rng, [2, 1, 2], 10)  # cu = [0, 3, 5, 8]
+    cfg = vp.MentoredConfig("kl", 0.1)
+    for cu, why in (([0, 3, 3, 8], "request 1 has 0 rows"), ([0, 3, 2, 8], "request 1 has -1 rows"),
+                    ([1, 3, 5, 8], "it must start at 0 and end at the number of logits rows, 8"),
+                    ([0, 3, 5, 9], "it must start at 0 and end at the number of logits rows, 8"),
+                    ([0, 3, 5, 7], "it must start at 0 and end at the number of logits rows, 8")):
+        for as_np in (True, False):
+            layout = np.array(cu) if as_np else torch.tensor(cu)
+            with pytest.raises(ValueError, match=rf"cu_num_logits \[{', '.join(map(str, cu))}\] is not a layout of the logits: {why}"):
+                vp.verify_logits(**dict(b, cu_num_logits=layout), config=cfg, validate=False)
+    with pytest.raises(ValueError, match=r"cu_num_logits must be flat .* \(4,\) for the 3 entries of idx_mapping; got shape \(3,\)"):
+        vp.verify_logits(**dict(b, cu_num_logits=torch.tensor([0, 3, 8])), config=cfg)
+    with pytest.raises(ValueError, match=r"draft_sampled must have one entry per logits row, shape \(8,\), got \(7,\)"):
+        vp.verify_logits(**dict(b, draft_sampled=b["draft_sampled"][:7]), config=cfg)
+    with pytest.raises(ValueError, match="request 0 has 2 drafts .* num_speculative_steps=1"):
+        vp.verify_logits(**dict(b, num_speculative_steps=1), config=cfg)
+    with pytest.raises(ValueError, match=r"draft_logits must have shape .* at least 2 steps"):
+        vp.verify_logits(**dict(b, draft_logits=b["draft_logits"][:, :1]), config=cfg)
+    empty = dict(b, logits=b["logits"][:0], draft_sampled=b["draft_sampled"][:0], pos=b["pos"][:0], cu_num_logits=np.array([0]),
+                 idx_mapping=b["idx_mapping"][:0])
+    sampled, num = vp.verify_logits(**empty, config=cfg, validate=False)  # no request: nothing to verify
+    assert tuple(sampled.shape) == (0, 3) and tuple(num.shape) == (0,)
+
+
+def test_v2_the_bonus_rows_draft_step_is_never_read(rng):
+    """A request's bonus row reads no draft row: a step the proposer did not write (vLLM fills the cache
+    of some proposers with −inf) leaves the bonus token as it is, here for requests with no drafts
+    (their only row is the bonus row) and with fewer drafts than the cache has steps."""
+    cfg = vp.MentoredConfig("kl", 0.1)
+    b = _v2_batch(rng, [0, 1, 3], 10)
+    u = rng.random((7, 2))
+    want = vp.verify_logits(**b, config=cfg, uniforms=u)
+    unwritten = b["draft_logits"].clone()
+    unwritten[2, 0:] = -torch.inf  # request 0 (state 2): no drafts
+    unwritten[3, 1:] = -torch.inf  # request 1 (state 3): one draft
+    for kw in ({}, {"validate": False}):
+        got = vp.verify_logits(**dict(b, draft_logits=unwritten), config=cfg, uniforms=u, **kw)
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+_PHILOX_KAT = (  # Random123's kat_vectors, philox4x32 10: counter (4 words), key (2 words), output (4 words)
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0), (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+)
+
+
+def test_position_uniforms_use_the_whole_seed_and_position():
+    """Philox4x32-10 keyed by the whole 64-bit seed, counting the whole 64-bit position: seeds equal in
+    some 32-bit fold (42 and 5,659,043,997) and positions 2³⁰, 2³² or 2⁶² apart give other uniforms;
+    the generator is Random123's (its known answers), so a request's stream is pinned on every device."""
+    from scipy import stats
+
+    pos = torch.arange(4096)
+    u42 = vp.position_uniforms(torch.full((4096,), 42), pos)
+    for seed in (5_659_043_997, 42 + 2**32, 42 - 2**32, 42 - 2**63):  # the last: 42 with the sign bit set
+        other = vp.position_uniforms(torch.full((4096,), seed), pos)
+        assert not bool((other == u42).all(-1).any()), seed
+    for shift in (2**30, 2**32, 2**62):
+        assert not bool((vp.position_uniforms(torch.full((4096,), 42), pos + shift) == u42).all(-1).any()), shift
+    # deterministic, the same for a row whatever the batch around it
+    assert torch.equal(vp.position_uniforms(torch.full((4096,), 42), pos), u42)
+    assert torch.equal(vp.position_uniforms(torch.tensor([7, 42, 9]), torch.tensor([0, 17, 5]))[1], u42[17])
+    # uniform on [0, 1): chi-square over 64 bins and Kolmogorov-Smirnov on 2 × 65536 draws (fixed seeds)
+    u = vp.position_uniforms(torch.tensor([(i * 0x9E3779B97F4A7C15) % 2**63 for i in range(65536)]), torch.arange(65536) + 2**40)
+    assert bool(((u >= 0) & (u < 1)).all())
+    for col in u.T.numpy():
+        assert stats.chisquare(np.bincount((col * 64).astype(int), minlength=64)).pvalue > 1e-4
+        assert stats.kstest(col, "uniform").pvalue > 1e-4
+    assert abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.02
+    got = vp._philox4x32(torch.tensor([c for c, _, _ in _PHILOX_KAT]), torch.tensor([k for _, k, _ in _PHILOX_KAT]))
+    assert got.tolist() == [list(w) for _, _, w in _PHILOX_KAT]
+
+
+def test_v2_a_wider_draft_vocabulary_with_zeros_continue_refuses_to_start(monkeypatch):
+    """Where vLLM's configuration tells both vocabulary sizes, the engine refuses at startup what
+    verify_logits would refuse at its first step: probabilistic drafts wider than the target with
+    zeros='continue'. zeros='keep', equal widths and token-only drafts start."""
+    monkeypatch.setenv("MENTORED_DIVERGENCE", "tv")
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    _, _, _, mods = _fake_vllm(monkeypatch, False)
+    vp.register()
+    cls = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler
+
+    def spec(target, draft, method="probabilistic"):
+        return SimpleNamespace(num_speculative_tokens=2, rejection_sample_method="standard", enable_adaptive_verification=False,
+                               draft_sample_method=method, target_model_config=SimpleNamespace(get_vocab_size=lambda: target),
+                               draft_model_config=SimpleNamespace(get_vocab_size=lambda: draft))
+
+    monkeypatch.setenv("MENTORED_ZEROS", "continue")
+    wider = r"draft model's vocabulary \(152064 tokens\) is wider than the target's \(151936\).*MENTORED_ZEROS=keep"
+    with pytest.raises(vp.MentoredRefusal, match=wider):
+        cls(object(), spec(151936, 152064), torch.device("cpu"))
+    for ok in (spec(152064, 151936), spec(151936, 152064, "greedy")):
+        cls(object(), ok, torch.device("cpu"))
+    monkeypatch.setenv("MENTORED_ZEROS", "keep")
+    cls(object(), spec(151936, 152064), torch.device("cpu"))

@@ -1088,7 +1088,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
         if validate:
             _check_logit_rows(p, plan.where)
         if draft_probs is None:
-            lse = p.to(torch.float64).logsumexp(-1) if T else p.new_zeros(0, dtype=torch.float64)
+            lse = _log_softmax_terms(p)
         else:
             p = torch.softmax(p.to(torch.float64), -1).to(p.dtype)
     draft = torch.as_tensor(draft_token_ids, device=device)
@@ -1143,7 +1143,8 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
         xs = draft[ri].clamp(min=0)[:, None]
         P = p if rnd.size == T else p[ri]
         if q is None and lse is not None:  # logits: p_x from the logit and the log-sum-exp, no row formed
-            px = (P.gather(-1, xs)[:, 0].to(torch.float64) - (lse if rnd.size == T else lse[ri])).exp()
+            top, lse_top = lse if rnd.size == T else (lse[0][ri], lse[1][ri])
+            px = ((P.gather(-1, xs)[:, 0].to(torch.float64) - top) - lse_top).exp()
         if q is None:
             if lse is None:
                 px = P.gather(-1, xs)[:, 0].to(torch.float64) / _row_sums(P.to(torch.float64))  # p_x of p/Σp
@@ -1184,7 +1185,7 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
 
     def rows(ts):
         """(π, q, p) at positions ts, float64, whose residual (π − q)₊ the rule draws from."""
-        p_t = p[ts].to(torch.float64) if lse is None else (p[ts].to(torch.float64) - lse[ts, None]).exp()
+        p_t = p[ts].to(torch.float64) if lse is None else ((p[ts].to(torch.float64) - lse[0][ts, None]) - lse[1][ts, None]).exp()
         if not rnd.size:
             pi_t, q_t = p_t, torch.zeros_like(p_t)
         elif q is None:  # π off x is ∝ p: the residual is p without x, (p − p_x·δ_x)₊
@@ -1206,10 +1207,27 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
     if validate or not T:
         failed = None
     elif lse is not None:  # a row of logits without a law (a NaN, a +inf, no finite entry): its softmax is NaN, token 0
-        failed = (~lse.isfinite() | p.isnan().any(-1), torch.zeros(T, dtype=torch.int64, device=device))
+        failed = (~(lse[0].isfinite() & lse[1].isfinite()) | p.isnan().any(-1), torch.zeros(T, dtype=torch.int64, device=device))
     else:
         failed = _failed_rows(p, q, normalize)
     return _verify(pi_x, q_x, u, draft, bonus, chains, rows, failed)
+
+
+def _log_softmax_terms(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""(m, s) per row, float64: the row's largest logit :math:`m` and :math:`s = \log \sum_i
+    e^{\ell_i - m}`, so that :math:`p_i = e^{(\ell_i - m) - s}`, the softmax the core reads.
+
+    Kept apart: near float32's largest logits (3e38) :math:`m + s` rounds to :math:`m` (an ulp
+    of 3e38 is 6.6e22 in float64), and :math:`e^{\ell_x - (m + s)}` would be 1 where the softmax is
+    1/V. :math:`\ell_i - m` is exact or far below −745 (its exponential 0 either way), and
+    :math:`s \in [0, \log V]`. A row with a NaN, a +inf or no finite entry gives a NaN ``m`` or
+    ``s`` (the caller's failed rows)."""
+    x = logits.to(torch.float64)
+    if not x.shape[0]:
+        return x.new_zeros(0), x.new_zeros(0)
+    m = x.amax(-1)
+    s = (x - m[:, None]).exp_().sum(-1).log_()
+    return m, s
 
 
 def _check_logit_rows(x: torch.Tensor, where) -> None:

@@ -335,38 +335,71 @@ def check_engine(spec_config, *, watermark_key=None) -> None:
         raise MentoredRefusal(f"mentored verification does not support watermarked sampling (watermark_config): remove it, or {fix}")
 
 
-def _mul32(h: torch.Tensor, c: int) -> torch.Tensor:
-    """``h · c mod 2³²`` for int64 ``h`` in [0, 2³²), exact in int64: c is split into 16-bit halves so
-    that no product exceeds 2⁴⁹ (int64 overflow is undefined in torch)."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (h * lo + (((h * hi) & 0xFFFF) << 16)) & 0xFFFFFFFF
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # Philox4x32's multipliers and key increments (Salmon et al. 2011)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+_MASK32 = 0xFFFFFFFF
 
 
-def _fmix32(h: torch.Tensor) -> torch.Tensor:
-    # MurmurHash3's 32-bit finaliser (Appleby 2011): every input bit reaches every output bit.
-    h = h ^ (h >> 16)
-    h = _mul32(h, 0x85EBCA6B)
-    h = h ^ (h >> 13)
-    h = _mul32(h, 0xC2B2AE35)
-    return h ^ (h >> 16)
+def _check_vocabularies(spec_config, config: MentoredConfig) -> None:
+    """Refuse (MentoredRefusal) at startup a draft head wider than the target's with ``zeros="continue"``,
+    where vLLM's configuration tells both widths: :func:`verify_logits` would refuse its first step."""
+    if config.zeros == "keep" or getattr(spec_config, "draft_sample_method", None) != "probabilistic":
+        return
+    try:
+        target, draft = spec_config.target_model_config.get_vocab_size(), spec_config.draft_model_config.get_vocab_size()
+    except AttributeError:
+        return  # not told here: verify_logits checks the rows it is given
+    if isinstance(target, int) and isinstance(draft, int) and draft > target:
+        raise MentoredRefusal(f"the draft model's vocabulary ({draft} tokens) is wider than the target's ({target}), and zeros='continue' "
+                              "could emit the drafter's tokens the target does not have: set MENTORED_ZEROS=keep, or unset MENTORED_* "
+                              "to verify without mentored")
+
+
+def _mulhilo32(a: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of ``a · m`` for int64 ``a, m`` in [0, 2³²), exact in int64: m is split
+    into 16-bit halves so that no intermediate exceeds 2⁴⁹ (int64 overflow is undefined in torch)."""
+    t0 = a * (m & 0xFFFF)
+    t1 = a * (m >> 16)
+    s = t0 + ((t1 & 0xFFFF) << 16)  # a·m = s + (t1 >> 16)·2³²
+    return (t1 >> 16) + (s >> 32), s & _MASK32
+
+
+def _philox4x32(counter: torch.Tensor, key: torch.Tensor, rounds: int = 10) -> torch.Tensor:
+    """Philox4x32-``rounds`` (Salmon, Moraes, Dror, Shaw, SC 2011; Random123's ``philox4x32``):
+    int64 ``counter`` [..., 4] and ``key`` [..., 2], each entry a 32-bit word in [0, 2³²), to the
+    four output words [..., 4]. For a fixed key it is a bijection of the 128-bit counter."""
+    dev = counter.device
+    m = torch.tensor(_PHILOX_M, dtype=torch.int64, device=dev)
+    w = torch.tensor(_PHILOX_W, dtype=torch.int64, device=dev)
+    even, odd = counter[..., 0::2], counter[..., 1::2]  # (c0, c2) and (c1, c3)
+    k = key
+    for r in range(rounds):
+        if r:
+            k = (k + w) & _MASK32
+        hi, lo = _mulhilo32(even, m)  # (hi0, hi1), (lo0, lo1) of M0·c0 and M1·c2
+        even, odd = hi.flip(-1) ^ odd ^ k, lo.flip(-1)  # c0 = hi1 ^ c1 ^ k0, c2 = hi0 ^ c3 ^ k1; c1 = lo1, c3 = lo0
+    return torch.stack((even[..., 0], odd[..., 0], even[..., 1], odd[..., 1]), -1)
 
 
 def position_uniforms(seeds: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """Two uniforms in [0, 1) (53 bits each) per row, a hash of (the request's seed, the row's position).
+    """Two uniforms in [0, 1) (53 bits each) per row from the request's seed and the row's position:
+    Philox4x32-10 with the 64-bit seed as its key and the 64-bit position as its counter.
 
     Counter-based, as vLLM's Philox draws are: computed where the tensors live, with no generator
     state and no host synchronisation; a request's draws depend on its seed and positions only,
-    never on the rest of the batch. A position's pair decides at most once: verification resumes
-    after the last emitted position. Returns float64 ``[len(pos), 2]``.
+    never on the rest of the batch. Every bit of both is used (two's complement for negative int64
+    values): for one seed, distinct positions are distinct counters, whose outputs Philox keeps
+    distinct (a bijection); distinct seeds are distinct keys. A position's pair decides at most once:
+    verification resumes after the last emitted position. Row i's pair is ``(a₀·2²⁶ + b₀, a₁·2²⁶ + b₁)·2⁻⁵³``
+    with the output words ``(w₀, w₁, w₂, w₃)``, ``a = (w₀, w₂) >> 5`` and ``b = (w₁, w₃) >> 6``.
+    Returns float64 ``[len(pos), 2]``.
     """
     s = seeds.to(torch.int64)
-    key = _fmix32(_fmix32((s >> 32) & 0xFFFFFFFF) ^ (s & 0xFFFFFFFF))
-    words = []
-    for lane in range(4):
-        words.append(_fmix32(key ^ _fmix32(((pos.to(torch.int64) * 4 + lane) & 0xFFFFFFFF) ^ 0x9E3779B9)))
-    hi = torch.stack([words[0], words[2]], -1) >> 6  # 26 bits
-    lo = torch.stack([words[1], words[3]], -1) >> 5  # 27 bits
-    return ((hi << 27) + lo).to(torch.float64) * 2.0**-53
+    x = pos.to(device=s.device, dtype=torch.int64)
+    key = torch.stack((s & _MASK32, (s >> 32) & _MASK32), -1)
+    zero = torch.zeros_like(x)
+    w = _philox4x32(torch.stack((x & _MASK32, (x >> 32) & _MASK32, zero, zero), -1), key)
+    return ((w[:, 0::2] >> 5) * 2**26 + (w[:, 1::2] >> 6)).to(torch.float64) * 2.0**-53
 
 
 def _host(x, name: str):
@@ -378,26 +411,62 @@ def _host(x, name: str):
     return np.asarray(x)
 
 
+def _checked_layout(cu_num_logits, num_logits: int, num_reqs: int) -> np.ndarray:
+    """``cu_num_logits`` on the host as int64, refused unless it is the layout of ``num_reqs`` requests
+    over ``num_logits`` rows: 0 first, the row count last, each request one row or more (its bonus row)."""
+    cu = _host(cu_num_logits, "cu_num_logits")
+    if cu.ndim != 1 or cu.shape[0] != num_reqs + 1:
+        raise ValueError(f"cu_num_logits must be flat with one entry per request and a leading 0, shape (num_reqs + 1,) = ({num_reqs + 1},) "
+                         f"for the {num_reqs} entries of idx_mapping; got shape {tuple(cu.shape)}")
+    if cu.dtype.kind not in "iu":
+        raise TypeError(f"cu_num_logits must hold integers, got dtype {cu.dtype}")
+    cu = cu.astype(np.int64)
+    rows = np.diff(cu)
+    if cu[0] != 0 or cu[-1] != num_logits or (rows < 1).any():
+        shown = cu.tolist() if cu.size <= 12 else f"{cu[:6].tolist()} ... {cu[-6:].tolist()}"
+        why = (f"request {int(np.argmax(rows < 1))} has {int(rows[rows < 1][0])} rows, and each has its bonus row at least"
+               if (rows < 1).any() else f"it must start at 0 and end at the number of logits rows, {num_logits}")
+        raise ValueError(f"cu_num_logits {shown} is not a layout of the logits: {why}; pass vLLM's cu_num_logits of this chunk")
+    return cu
+
+
 def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, temperature, seeds, num_speculative_steps,
-                  config: MentoredConfig, uniforms=None, idx_mapping_np=None):
+                  config: MentoredConfig, uniforms=None, idx_mapping_np=None, validate: bool = True):
     r"""Mentored verification in the layout of vLLM's v2 model runner (``RejectionSampler._verify``).
 
-    Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1``: row ``start + i``
-    (``i < n_r``, ``n_r`` = rows − 1) is the target at the position of the draft
-    ``draft_sampled[start + i + 1]`` (−1: a placeholder, always rejected), the last row the bonus
-    position. ``logits`` are the runner's processed logits (penalties, temperature, min-p, top-k/top-p
-    applied: a masked token has probability 0, never emitted with ``zeros="keep"``); ``draft_logits``
-    [max_num_reqs, num_speculative_steps, V'] (or None: token-only drafts, vLLM's
-    ``draft_sample_method="greedy"``) are taken before temperature, as vLLM takes them. A request
-    with temperature 0 is greedy (accept while the draft is the target's argmax). ``temperature``
-    and ``seeds`` are per request state, read through ``idx_mapping``.
+    Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1`` (one row or
+    more): row ``start + i`` (``i < n_r``, ``n_r`` = rows − 1) is the target at the position of the
+    draft ``draft_sampled[start + i + 1]`` (−1: a placeholder, always rejected), the last row the
+    bonus position. ``logits`` [num_logits, V] are the runner's processed logits (penalties,
+    temperature, min-p, top-k/top-p applied: a masked token has probability 0, never emitted with
+    ``zeros="keep"``); ``draft_logits`` [max_num_reqs, num_speculative_steps, V'] (or None: token-only
+    drafts, vLLM's ``draft_sample_method="greedy"``) are taken before temperature, as vLLM takes them.
+    A request with temperature 0 is greedy (accept while the draft is the target's argmax).
+    ``temperature`` and ``seeds`` are per request state, read through ``idx_mapping``.
+
+    Vocabularies. Column j of a draft row is token j of the target's vocabulary (vLLM's proposers
+    map a reduced draft vocabulary, EAGLE-3's ``draft_id_to_target_id``, to the target's ids before
+    they cache the row). A narrower draft row (V' < V: a target head padded past the drafter's)
+    has q = 0 on the tokens j ≥ V': verification is exact over all V tokens (budget 0 emits p).
+    A wider one (V' > V: a padded draft head) holds tokens the target does not have: the target has
+    p = 0 there, so with ``zeros="keep"`` π has no mass there, a draft of one is rejected and none
+    is emitted; with ``zeros="continue"`` π could emit them, and it is refused (ValueError naming
+    both widths).
 
     Host reads. The layout (``cu_num_logits``) and which requests are greedy (``temperature``) shape
     the plan on the host: given as numpy arrays (vLLM keeps them: ``cu_num_logits_np``,
     ``temperature.np`` with ``idx_mapping_np``) they cost nothing; given as device tensors, one
-    synchronisation each. Nothing else leaves the device: for token-only drafts the acceptance
-    reads ``p_x`` from the logit and the log-sum-exp; the uniforms are :func:`position_uniforms` of
-    ``seeds`` and ``pos``, on the device.
+    synchronisation each. A layout that is not one (not 0 first, not the row count last, a request
+    without rows, not one entry per request of ``idx_mapping``) is refused, as are shapes that do not
+    fit it and requests with more drafts than ``num_speculative_steps`` or than ``draft_logits`` has
+    steps. With ``validate`` the logits rows and draft ids are checked as
+    :func:`~mentored.verify.serving.rejection_sample` checks them (a few synchronisations): a draft id
+    outside [0, V) (V the wider width) other than −1 is refused. Without it (the plugin's mode:
+    nothing else leaves the device, and a model's NaN must not stop the engine) such an id is
+    decided as a placeholder (rejected, the token drawn from p; nothing indexed out of range), and
+    a row without a law as ``rejection_sample`` decides it. The uniforms are
+    :func:`position_uniforms` of ``seeds`` and ``pos``, on the device; token-only drafts read ``p_x``
+    from the logit and the log-sum-exp.
 
     ``uniforms`` [num_logits, 2] replace them (tests): ``u0`` decides a draft, ``u1`` draws the
     token at the first rejection, or at the bonus row. At ``budget=0`` the decisions are those of
@@ -408,37 +477,70 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     counts them (accepted + 1).
     """
     device = logits.device
-    cu = _host(cu_num_logits, "cu_num_logits").astype(np.int64)
-    B = len(cu) - 1
+    if logits.ndim != 2:
+        raise ValueError(f"logits must have shape (num_logits, V), got {tuple(logits.shape)}")
+    L, V = (int(d) for d in logits.shape)
+    B = int(idx_mapping.shape[0])
+    cu = _checked_layout(cu_num_logits, L, B)
+    n = np.diff(cu)  # rows per request: its drafts and its bonus row
+    for name, x in (("draft_sampled", draft_sampled), ("pos", pos)):
+        if tuple(x.shape) != (L,):
+            raise ValueError(f"{name} must have one entry per logits row, shape ({L},), got {tuple(x.shape)}")
+    most = int(n.max()) - 1 if B else 0
+    if most > num_speculative_steps:
+        raise ValueError(f"request {int(np.argmax(n))} has {most} drafts (cu_num_logits) and num_speculative_steps={num_speculative_steps}: "
+                         "pass the engine's num_speculative_tokens")
+    W = V
+    if draft_logits is not None:
+        if draft_logits.ndim != 3 or draft_logits.shape[1] < most:
+            raise ValueError(f"draft_logits must have shape (max_num_reqs, num_speculative_steps, V') with at least {most} steps "
+                             f"(the most drafts of a request), got {tuple(draft_logits.shape)}")
+        W = max(V, int(draft_logits.shape[-1]))
+        if W > V and config.zeros != "keep":
+            raise ValueError(f"draft_logits rows have {W} entries and the target's logits {V}: the drafter's tokens {V} to {W - 1} are not "
+                             f"the target's, and zeros={config.zeros!r} could emit them; use zeros='keep' (they are then never emitted, "
+                             f"and drafts of them are rejected) or a draft head of the target's width")
     states = idx_mapping.to(device, torch.int64)
     if isinstance(temperature, torch.Tensor):
         temps = _host(temperature.to(device)[states], "temperature")
     else:
         temps = np.asarray(temperature)[_host(idx_mapping if idx_mapping_np is None else idx_mapping_np, "idx_mapping")]
     greedy = temps.astype(np.float32) == 0
-    V = logits.shape[-1] if draft_logits is None else min(logits.shape[-1], draft_logits.shape[-1])
     # Every row of a request is a position, its bonus row last with a placeholder draft (−1): always
     # rejected, so it draws the bonus token from its target row at its u1 (the argmax if greedy),
     # by the one decision rule, only when every draft before it was accepted.
-    n = np.diff(cu)
-    L = int(cu[-1])
     last = torch.zeros(L, dtype=torch.bool, device=device)
     last[torch.as_tensor(cu[1:] - 1, device=device)] = True
-    draft_ids = torch.where(last, -1, draft_sampled.to(device).roll(-1)[:L].to(torch.int64))
-    target = logits[:, :V]  # read as logits: token-only drafts form no softmax row but the rejected ones
+    draft_ids = torch.where(last, -1, draft_sampled.to(device).roll(-1).to(torch.int64))
+    if validate and L:
+        lo, hi = int(draft_ids.min()), int(draft_ids.max())
+        if lo < -1 or hi >= W:
+            bad = int(((draft_ids < -1) | (draft_ids >= W)).nonzero()[0, 0])
+            r = int(np.searchsorted(cu, bad, side="right") - 1)
+            raise ValueError(f"draft_sampled holds the draft {int(draft_ids[bad])} of request {r} (logits row {bad}), outside [0, {W}) "
+                             "and not the placeholder -1: pass the proposer's token ids of this vocabulary")
+    else:  # not a token of either side: decided as a placeholder (never an index out of range)
+        draft_ids = torch.where((draft_ids < -1) | (draft_ids >= W), -1, draft_ids)
+    # read as logits: token-only drafts form no softmax row but the rejected ones; past V the target has no token
+    target = logits if W == V else torch.nn.functional.pad(logits, (0, W - V), value=-torch.inf)
     req = torch.repeat_interleave(torch.arange(B, device=device), torch.as_tensor(n, device=device), output_size=L)
     q = None
     if draft_logits is not None:
         step = torch.arange(L, device=device) - torch.as_tensor(cu[:-1], device=device)[req]
         t = torch.as_tensor(np.where(greedy, 1.0, temps), dtype=torch.float32, device=device)[req]
-        drafted = draft_logits.to(device)[states[req], step.clamp(max=draft_logits.shape[1] - 1), :V].to(torch.float32)
-        q = torch.softmax(drafted / t[:, None], dim=-1)  # at the bonus row: never read (a placeholder)
+        drafted = draft_logits.to(device)[states[req], step.clamp(max=draft_logits.shape[1] - 1)].to(torch.float32)
+        # The bonus row's q is never read (a placeholder): a uniform row there, so that a step the
+        # proposer did not write (vLLM may fill those with −inf) is not taken for a row without a law.
+        drafted = drafted.masked_fill(last[:, None], 0.0)
+        q = torch.softmax(drafted / t[:, None], dim=-1)
+        if q.shape[-1] < W:  # the target's tokens past the drafter's head: q = 0 there
+            q = torch.nn.functional.pad(q, (0, W - q.shape[-1]))
     if uniforms is None:
-        u = position_uniforms(seeds.to(device)[states][req], pos.to(device)[:L])
+        u = position_uniforms(seeds.to(device)[states][req], pos.to(device))
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64, device=device).reshape(L, 2)
     out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
-                           budget=config.budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=False, logits=True)
+                           budget=config.budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True)
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out
@@ -454,6 +556,7 @@ def _make_v2_class(base):
             check_engine(spec_config, watermark_key=watermark_key)
             base.__init__(self, sampler, spec_config, device, watermark_key=watermark_key)
             self.mentored_config = config or config_from_env() or MentoredConfig()
+            _check_vocabularies(spec_config, self.mentored_config)
             logger.info("mentored: vLLM's v2 rejection sampler verifies with %r", self.mentored_config)
 
         def _verify_in_chunks(self, logits, input_batch, *args, **kwargs):
@@ -483,7 +586,7 @@ def _make_v2_class(base):
             cu = self._host_layout(cu_num_logits, int(logits.shape[0]), len(idx_mapping_np))
             sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu, pos, idx_mapping, states.temperature.np,
                                                  states.seeds.gpu, self.num_speculative_steps, self.mentored_config,
-                                                 idx_mapping_np=idx_mapping_np)
+                                                 idx_mapping_np=idx_mapping_np, validate=False)
             return processed, sampled, num_sampled
 
     return MentoredRejectionSamplerV2
