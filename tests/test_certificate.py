@@ -4,6 +4,8 @@ generators; solve(check=True)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import sympy as sp
@@ -336,3 +338,92 @@ def test_float_mode_judges_the_budget_relative_to_its_size(div):
     pi = mentored.solve(p, q, divergence=div, budget=1e-9).pi
     assert not mentored.certify(p, q, pi, div, 1e-10).ok
     assert mentored.certify(p, q, pi, div, 1e-9).ok
+
+
+# p and q must be distributions: refused off the simplex, normalised under normalize=True, alike in both modes.
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("scale", [3.0, 1 / 3])
+def test_a_target_or_draft_that_is_not_a_distribution_is_refused_by_name(exact, scale):
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    pi = mentored.solve(p, q, divergence="kl", budget=0.05).pi
+    for name, args in (("target", (scale * p, q)), ("draft", (p, scale * q))):
+        total = float(args[0 if name == "target" else 1].sum())
+        match = rf"^{name} must sum to 1 \(relative tolerance 1e-06 for float64\); it sums to {re.escape(repr(total))}\. Pass normalize=True"
+        with pytest.raises(ValueError, match=match):
+            mentored.certify(*args, pi, "kl", 0.05, exact=exact)
+        with pytest.raises(ValueError, match=match):
+            mentored.certify(*args, pi, "kl", 0.05, lam=1.0, mu=0.0, exact=exact)
+        with pytest.raises(ValueError, match=match):
+            dual_bound(*args, "kl", 0.05, 1.0, 0.0, exact=exact)
+    # Within solve's tolerance (1e-6 relative in float64, 1e-3 in float32) the rows are read as p/Σp, q/Σq.
+    near = mentored.certify(p * (1 + 5e-7), q * (1 - 5e-7), pi, "kl", 0.05, exact=exact)
+    assert near.ok, near
+    p32, q32 = (p * (1 + 5e-4)).astype(np.float32), q.astype(np.float32)
+    assert mentored.certify(p32, q32, pi, "kl", 0.05, exact=exact, tol=1e-5, feas_tol=1e-5).ok
+
+
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+@pytest.mark.parametrize("scale", [3.0, 1 / 3])
+def test_normalize_reads_p_and_q_as_distributions_in_both_modes(name, scale):
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    sol = mentored.solve(p, q, divergence=name, budget=0.05)
+    plain = mentored.certify(p, q, sol.pi, name, 0.05)
+    for exact in (False, True):
+        cert = mentored.certify(scale * p, scale * q, sol.pi, name, 0.05, exact=exact, normalize=True)
+        assert cert.ok, (exact, cert)
+        # A valid bound on the optimum of the normalised problem, the same as for (p, q) themselves.
+        assert cert.dual_bound >= sol.acceptance - 1e-12
+        assert cert.acceptance == pytest.approx(plain.acceptance, abs=1e-15)
+        assert cert.dual_bound == pytest.approx(plain.dual_bound, abs=1e-9)
+        lam, mu = sol.lam, sol.mu
+        g = dual_bound(scale * p, scale * q, name, 0.05, lam, mu, exact=exact, normalize=True)
+        assert float(g) == pytest.approx(dual_bound(p, q, name, 0.05, lam, mu), abs=1e-9)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_a_pi_that_is_not_a_distribution_is_never_ok(exact, normalize):
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    pi = mentored.solve(p, q, divergence="kl", budget=0.05).pi
+    for scale in (3.0, 1 / 3, 1 + 1e-6):
+        cert = mentored.certify(p, q, scale * pi, "kl", 0.05, exact=exact, normalize=normalize)
+        assert not cert.ok and cert.failed.startswith("not a distribution: max(|Σπ − 1|, max(−π)) = "), cert
+
+
+# Extreme but finite dual points: a valid bound (here a useless one) and a failed certificate, never a raw error.
+
+_EXTREME = [(lam, mu) for lam in (0.0, 1e-300, 1.0, 1e308) for mu in (1e308, -1e308)]
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("name", mentored.BUILTIN_NAMES)
+def test_extreme_dual_points_give_valid_bounds_and_failed_certificates(name, exact):
+    rows = [
+        ([0.5, 0.3, 0.2], [0.2, 0.3, 0.5]),
+        ([0.5, 0.3, 0.2, 0.0], [0.0, 0.3, 0.6, 0.1]),  # p_i = 0 and q_i = 0
+        ([0.6, 0.4, 5e-324], [0.2, 0.3, 0.5]),  # q_i/p_i past DBL_MAX
+    ]
+    for p, q in rows:
+        sol = mentored.solve(p, q, divergence=name, budget=0.05)
+        for lam, mu in _EXTREME:
+            cert = mentored.certify(p, q, sol.pi, name, 0.05, lam=lam, mu=mu, exact=exact)
+            assert (cert.lam, cert.mu) == (lam, mu)
+            # Any dual point bounds the optimum from above; these bound it by 5e306 or more.
+            assert cert.dual_bound >= sol.acceptance and cert.dual_bound > 1e300, (p, lam, mu, cert)
+            assert not cert.ok and "suboptimal: gap " in cert.failed, (p, lam, mu, cert)
+            if cert.dual_bound == np.inf:
+                assert f"dual bound inf at λ = {lam:.3g}, μ = {mu:.3g}: +∞ or beyond the float range" in cert.failed
+            g = dual_bound(p, q, name, 0.05, lam, mu, exact=exact)
+            assert g >= sol.acceptance and g > 1e300, (p, lam, mu, g)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_dual_point_that_is_not_a_finite_float_is_refused_by_dual_bound(exact):
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
+    for lam, mu, what in ((np.inf, 0.0, "lam"), (np.nan, 0.0, "lam"), (-1.0, 0.0, "lam"), (1.0, np.inf, "mu"), (1.0, np.nan, "mu")):
+        with pytest.raises(ValueError, match=rf"^{what} must be "):
+            dual_bound(p, q, "kl", 0.05, lam, mu, exact=exact)
+    with pytest.raises(ValueError, match=r"^lam must be a float"):
+        mentored.certify(p, q, p, "kl", 0.05, lam=10**400, mu=0.0, exact=exact)

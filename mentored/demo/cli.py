@@ -8,6 +8,7 @@ word when the reader of stdout goes away (a closed pipe, as for a tool killed by
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
@@ -197,18 +198,31 @@ _NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"  # the magic strings of np.save and np.
 
 
 def _load(path: str, what: str) -> np.ndarray:
+    """The array of a .npy file, opened once and read once: /dev/stdin and other pipes cannot be read twice."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(len(_NPY))
-        known = head.startswith((_NPY, _ZIP))
-        if known:
-            x = np.load(path, allow_pickle=False)
+            if not head:
+                raise ValueError(f"{what} file {path!r} is empty: expected a .npy array (write it with numpy.save)")
+            if not head.startswith((_NPY, _ZIP)):  # text, pickle, anything else: numpy would speak of pickles
+                raise ValueError(f"cannot read {what} file {path!r}: it is not a .npy file (write the array with numpy.save)")
+            if fh.seekable():
+                fh.seek(0)
+                x = _parse(fh, what, path)
+            else:  # a pipe: what was read is gone, so the rest joins it in memory
+                x = _parse(io.BytesIO(head + fh.read()), what, path)
     except FileNotFoundError:
         raise ValueError(f"{what} file {path!r} does not exist") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise ValueError(f"cannot read {what} file {path!r} as a .npy array: {exc}") from None
-    if not known:  # text, pickle, anything else: numpy would speak of pickles
-        raise ValueError(f"cannot read {what} file {path!r}: it is not a .npy file (write the array with numpy.save)")
+    return x
+
+
+def _parse(fh, what: str, path: str) -> np.ndarray:
+    try:
+        x = np.load(fh, allow_pickle=False)
+    except (ValueError, EOFError) as exc:  # a truncated file ends in EOFError
+        raise ValueError(f"cannot read {what} file {path!r} as a .npy array: {exc}") from None
     if not isinstance(x, np.ndarray):  # an .npz archive: several arrays, not one
         names = ", ".join(x.files)
         x.close()
@@ -310,13 +324,13 @@ def cmd_certify(args) -> int:
     from .. import certify
 
     p, q, pi = _load(args.target, "target"), _load(args.draft, "draft"), _load(args.pi, "pi")
-    P, Q, PI = (np.atleast_2d(x).astype(np.float64) for x in (p, q, pi))
+    P, Q, PI = (np.atleast_2d(x) for x in (p, q, pi))  # dtypes kept: float32 rows get float32's tolerance on sums
     if not (P.shape == Q.shape == PI.shape):
         args.parser.error(f"target, draft and pi must have one shape, got {P.shape}, {Q.shape}, {PI.shape}")
     records = []
     for r in range(P.shape[0]):
         try:
-            c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol)
+            c = certify(P[r], Q[r], PI[r], args.divergence, args.budget, exact=args.exact, tol=args.tol, normalize=args.normalize)
         except ValueError as exc:
             raise ValueError(f"row {r}: {exc}") from None
         records.append(

@@ -37,7 +37,7 @@ __all__ = ["Certificate", "certify", "dual_bound"]
 
 
 def certify(
-    target, draft, pi, divergence, budget, *, lam=None, mu=None, exact=False, tol=1e-7, feas_tol=1e-9
+    target, draft, pi, divergence, budget, *, lam=None, mu=None, exact=False, tol=1e-7, feas_tol=1e-9, normalize=False
 ) -> Certificate:
     r"""Check :math:`\pi` against :math:`\mathrm{MD}(f, \varepsilon)`: feasibility and a duality gap.
 
@@ -48,7 +48,12 @@ def certify(
     Parameters
     ----------
     target, draft, pi : array_like (n,)
-        :math:`p`, :math:`q`, :math:`\pi` (float64; ``target`` and ``draft`` sum to 1).
+        :math:`p`, :math:`q`, :math:`\pi`. ``target`` and ``draft`` are finite and nonnegative and sum
+        to 1 within :func:`solve`'s tolerance (relative 1e-6 in float64, 1e-3 in float32), and are read
+        as the distributions :math:`p/\sum p`, :math:`q/\sum q` (in float64; exactly in rigorous mode);
+        a sum further from 1 is refused (ValueError naming the argument and its sum) unless
+        ``normalize``. :math:`\pi` is judged as given: a :math:`\pi` off the simplex by more than
+        ``feas_tol`` is never ``ok`` (``failed``: ``not a distribution``), ``normalize`` or not.
     divergence : str or Divergence
         A built-in name or a :class:`~mentored.Divergence` with a sympy generator.
     budget : float
@@ -59,19 +64,25 @@ def certify(
         non-binding budgets with :math:`f_\infty = \infty` and drafter mass off the target's support).
         Given and finite, exactly that point is used (:func:`solve` with ``check=True`` hands its own);
         given but not finite (the solver's :math:`\lambda = \infty`, :math:`\mu` NaN at budget 0), the
-        search is used, without solving again.
+        search is used, without solving again. Every finite point bounds :math:`A^*` (weak duality;
+        float mode evaluates the bound in float64, exact mode proves it): far from the optimum's (say
+        :math:`\lambda = 10^{308}`, :math:`\mu = -10^{308}`) the bound is huge or ``inf`` (past the
+        float range), and ``failed`` says ``suboptimal`` with the bound and the point.
     exact : bool
         Rigorous mode (below): a proof in exact rational and interval arithmetic instead of a float check.
     tol, feas_tol : float
         Largest accepted gap; largest accepted simplex residual; in float mode the budget excess
         accepted is ``feas_tol`` relative to the budget, :math:`\mathrm{feas\_tol}\,(\varepsilon + 10^{-3})`,
         and in exact mode the largest :math:`\ell_1` distance from :math:`\pi` to the repaired point.
+    normalize : bool
+        Accept ``target`` and ``draft`` with any positive sum, read as :math:`p/\sum p`, :math:`q/\sum q`
+        (as :func:`solve` with ``normalize=True``), in both modes alike.
 
     Rigorous mode (``exact=True``)
     ------------------------------
-    The inputs are read as the exact rationals of their float values; ``target`` and ``draft`` are
-    normalised exactly (:math:`\hat p = p/\sum p`, :math:`\hat q = q/\sum q`: the distributions the
-    floats stand for), and so is the point: :math:`\hat\pi = \pi_+ / \sum \pi_+` lies exactly on the
+    The inputs are read as the exact rationals of their float values; ``target`` and ``draft`` (their
+    sums checked as above) are normalised exactly (:math:`\hat p = p/\sum p`, :math:`\hat q = q/\sum q`:
+    the distributions the floats stand for), and so is the point: :math:`\hat\pi = \pi_+ / \sum \pi_+` lies exactly on the
     simplex. A float optimum on an active budget has :math:`D_f(\hat\pi\|\hat p) = \varepsilon` up to
     rounding, so about half the time it is truly infeasible by ~1e-17. Such a point is replaced by
 
@@ -119,7 +130,8 @@ def certify(
     Cost: Python Fractions and intervals, a few ms per hundred tokens (meant for moderate
     :math:`n \lesssim 10^4`, not for serving).
 
-    NaN or infinite entries in ``target``, ``draft`` or ``pi`` raise ValueError (in both modes).
+    NaN or infinite entries in ``target``, ``draft`` or ``pi``, negative entries in ``target`` or
+    ``draft``, and their sums off 1 without ``normalize`` raise ValueError (in both modes).
 
     Examples
     --------
@@ -132,6 +144,12 @@ def certify(
     False
     >>> mentored.certify(p, q, p, "kl", 0.05).failed[:11]
     'suboptimal:'
+    >>> mentored.certify([5, 3, 2], q, sol.pi, "kl", 0.05)
+    Traceback (most recent call last):
+    ...
+    ValueError: target must sum to 1 (relative tolerance 1e-06 for float64); it sums to 10.0. Pass normalize=True to renormalise.
+    >>> mentored.certify([5, 3, 2], q, sol.pi, "kl", 0.05, normalize=True).ok
+    True
     >>> sol = mentored.solve(p, q, divergence="chi2", budget=0.05)
     >>> cert = mentored.certify(p, q, sol.pi, "chi2", 0.05, exact=True)
     >>> cert.ok, cert.arithmetic, cert.gap < 1e-9, cert.distance < 1e-15
@@ -140,8 +158,10 @@ def certify(
     div = _divergence(divergence)
     if (lam is None) != (mu is None):
         raise ValueError("give both lam and mu, or neither")
+    kw = dict(exact=exact, tol=tol, feas_tol=feas_tol, normalize=normalize)
     if lam is not None:
-        return certify_at(target, draft, pi, div, budget, lam=lam, mu=mu, exact=exact, tol=tol, feas_tol=feas_tol)
-    p, q, x, budget = inputs(target, draft, pi, budget)
-    sol = solve(p, q, divergence=div, budget=budget, normalize=True)
-    return certify_at(p, q, x, div, budget, lam=sol.lam, mu=sol.mu, exact=exact, tol=tol, feas_tol=feas_tol, solver_point=True)
+        return certify_at(target, draft, pi, div, budget, lam=lam, mu=mu, **kw)
+    p, q, _, eps = inputs(target, draft, pi, budget, normalize)
+    sol = solve(p, q, divergence=div, budget=eps, normalize=True)  # p/Σp and q/Σq, as certify_at reads them
+    # The inputs as given: certify_at checks their sums at the tolerance of their dtype.
+    return certify_at(target, draft, pi, div, budget, lam=sol.lam, mu=sol.mu, solver_point=True, **kw)
