@@ -166,3 +166,61 @@ def test_theory_citations_resolve():
     theory = THEORY.read_text(encoding="utf-8") if THEORY.is_file() else None
     problems = theory_reference_problems(_repository_texts(), theory)
     assert not problems, "unresolved citations of the theory notes:\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def test_save_figure_refuses_what_a_reader_would_miss(tmp_path):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mentored.demo.plotting import figure_problems, figure_text, save_figure
+
+    x = [1.0, 2.0, 3.0, 4.0]
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.set_title("a title far too long to fit on a figure three inches wide, cut at both ends")
+    with pytest.raises(ValueError, match="title 'a title far too long.*cut by the edge"):
+        save_figure(fig, tmp_path / "cut.png", source="benchmarks/neural.py")
+    assert not (tmp_path / "cut.png").exists()
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(x, [1.0, 1.0, 1.0, 4.0], "o-", label="a curve with a point under the legend")
+    ax.legend(loc="upper left")
+    assert any("legend covers 1 point(s)" in p for p in figure_problems(fig))
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(x, x, label="under")
+    top = ax.plot(x, x, label="over")[0]
+    assert figure_problems(fig) == ["'under' hides under 'over' in axes 0 (''): draw the one on top dashed, "
+                                    "or give the one underneath markers of another shape or size"]
+    top.set_linestyle("--")
+    ax.set_title("π over p, docs/theory.md §6")
+    ax.legend(loc="lower right")
+    assert figure_problems(fig) == []
+    path = save_figure(fig, tmp_path / "ok.png", source="benchmarks/neural.py")
+    chunks = figure_text(path)
+    assert chunks["Source"] == "benchmarks/neural.py"
+    assert chunks["Description"].splitlines() == ["π over p, docs/theory.md §6", "under", "over"]
+    plt.close(fig)
+
+    with pytest.raises(ValueError, match="source=''"):
+        save_figure(fig, tmp_path / "x.png", source="")
+    with pytest.raises(ValueError, match="path='.*x.svg' must end in .png"):
+        save_figure(fig, tmp_path / "x.svg", source="benchmarks/neural.py")
+
+
+def test_divergence_colors_are_one_per_builtin_divergence():
+    import mentored
+    from mentored.demo.plotting import DIVERGENCE_COLORS, divergence_color
+
+    assert tuple(DIVERGENCE_COLORS) == mentored.BUILTIN_NAMES
+    assert len(set(DIVERGENCE_COLORS.values())) == len(DIVERGENCE_COLORS)
+    with pytest.raises(ValueError, match="name='triangular' is not a built-in divergence"):
+        divergence_color("triangular")
