@@ -224,3 +224,41 @@ def test_divergence_colors_are_one_per_builtin_divergence():
     assert len(set(DIVERGENCE_COLORS.values())) == len(DIVERGENCE_COLORS)
     with pytest.raises(ValueError, match="name='triangular' is not a built-in divergence"):
         divergence_color("triangular")
+
+
+def _notebook_figures(name: str, monkeypatch):
+    """The figures the notebook draws: its code cells run in order (IPython magics left out, cwd
+    notebooks/) up to its last cell that draws."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = ["".join(c["source"]) for c in json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))["cells"]
+             if c["cell_type"] == "code"]
+    last = max(i for i, c in enumerate(cells) if "plt.subplots" in c)
+    monkeypatch.chdir(ROOT / "notebooks")
+    monkeypatch.setattr(plt, "show", lambda *a, **k: None)
+    plt.close("all")
+    namespace: dict = {}
+    for cell in cells[: last + 1]:
+        exec(compile("\n".join(line for line in cell.splitlines() if not line.lstrip().startswith("%")), name, "exec"), namespace)
+    return [plt.figure(n) for n in plt.get_fignums()]
+
+
+@pytest.mark.parametrize("notebook", ["quickstart.ipynb", "trees.ipynb"])
+def test_notebook_figures_hide_no_point_and_no_curve(notebook, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from mentored.demo.plotting import figure_problems
+
+    figures = _notebook_figures(notebook, monkeypatch)
+    try:
+        assert figures
+        problems = [p for fig in figures for p in figure_problems(fig)]
+    finally:
+        plt.close("all")
+    assert not problems, f"{notebook}:\n" + "\n".join(problems)
