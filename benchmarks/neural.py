@@ -31,8 +31,10 @@ import torch
 import mentored
 import mentored.integrations.hf
 from mentored.analysis import quality as Q
+from mentored.demo.plotting import divergence_color, save_figure
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "benchmarks/neural.py"  # recorded in the figure (save_figure)
 BUDGETS = {"kl": (0.02, 0.05, 0.2, 1.0), "tv": (0.05, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
 GRID = {  # log-loss sweep (cheap: no decoding)
     "kl": (0.001, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
@@ -108,7 +110,10 @@ def quality_table(name, Pv, Qv, yv, Pt, Qt, yt, n_oracle, rng):
     return res
 
 
-def figure(rows, qual, path):
+def figure(rows, qual):
+    """The figure of docs/neural.md: tokens/s against target passes per token (left), and the held-out
+    gain bits(p) − bits(π) of π over p against the budget (right, > 0: π beats the target); each
+    divergence in its colour of mentored.demo.plotting.DIVERGENCE_COLORS in both panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,7 +121,7 @@ def figure(rows, qual, path):
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.3))
     ax = axes[0]
-    colors = {"lossless": "k", "kl": "C0", "tv": "C1", "hellinger": "C2"}
+    colors = {"lossless": "k", **{div: divergence_color(div) for div in GRID}}
     for r in rows:
         if r["k"] == 0:
             continue
@@ -134,17 +139,18 @@ def figure(rows, qual, path):
     ax.legend(fontsize=7, ncol=2)
     ax = axes[1]
     for res, ls in zip(qual, ("-", "--")):
-        for div, c in (("kl", "C0"), ("tv", "C1"), ("hellinger", "C2")):
+        for div in GRID:
             sw = res["sweep"][div]
-            ax.semilogx(sw["budgets"], -np.array(sw["gain_test"]) / np.log(2) * 1e3, ls, color=c, marker=".", label=f"{res['pair']}: {div}")
+            ax.semilogx(sw["budgets"], np.array(sw["gain_test"]) / np.log(2) * 1e3, ls, color=divergence_color(div), marker=".",
+                        label=f"{res['pair']}: {div}")
     ax.axhline(0, color="gray", lw=0.8)
-    ax.set_ylim(-30, 60)  # the gain lives below 0; the losses at large budgets run off the top
+    ax.set_ylim(-60, 30)  # the gain lives above 0; the losses at large budgets run off the bottom
     ax.set_xlabel("budget ε")
-    ax.set_ylabel("bits(π) − bits(p), millibits per character (test)")
-    ax.set_title("Held-out log-loss of π against p (below 0: π beats the target)")
+    ax.set_ylabel("bits(p) − bits(π), millibits per character (test)")
+    ax.set_title("Held-out log-loss gain of π over p (above 0: π beats the target)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return fig
 
 
 def main() -> int:
@@ -162,7 +168,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.figure_only:
         saved = json.loads(args.out.read_text())
-        figure(saved["rows"], saved["quality"], args.figure)
+        save_figure(figure(saved["rows"], saved["quality"]), args.figure, source=SOURCE)
         return 0
     torch.set_num_threads(1)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -223,9 +229,9 @@ def main() -> int:
               f"measured test gain at kl ε={GRID['kl'][0]:g}: {mb(small):+.3f} millibits/char -> "
               f"{'predicted' if (res['edge_valid'] > 0) == (small > 0) else 'NOT predicted'}")
 
-    figure(rows, qual, args.figure)
     args.out.write_text(json.dumps(dict(rows=rows, quality=qual, decode_seconds=t_dec, total_seconds=time.perf_counter() - t_start,
                                         threads=1, torch=torch.__version__), indent=1) + "\n")
+    save_figure(figure(rows, qual), args.figure, source=SOURCE)  # after the results: a refused figure is redrawn with --figure-only
     print(f"\nwrote {args.figure} and {args.out} ({time.perf_counter() - t_start:.0f} s)")
     return 0
 

@@ -1,6 +1,7 @@
 """Quality study: when mentored decoding beats the target in log-loss (docs/theory.md §6).
 
     python benchmarks/quality_study.py [--out benchmarks/quality] [--rows 300] [--seed 0] [--no-text]
+    python benchmarks/quality_study.py --figure-only     # redraw the figures from --out's results.json
 
 Part 1, synthetic truths. A truth d = softmax(z), z ~ N(0, 2²) over n = 50 tokens; the target
 p = softmax(z + σ_A ξ_A) and the drafter q = softmax(z + σ_B ξ_B) err independently (ξ ~ N(0, 1)).
@@ -18,12 +19,13 @@ target entropy (cut on the validation split) the validation edge against the tes
 mentors only in buckets with a positive validation edge, at the validation-best budget.
 
 Writes synthetic_gain.png, edge_sign.png, approximation.png, text_logloss.png, text_edge.png and
-prints the tables quoted in docs/quality.md.
+results.json (the numbers the figures plot) and prints the tables quoted in docs/quality.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -31,6 +33,9 @@ import numpy as np
 
 import mentored
 from mentored.analysis import quality as Q
+from mentored.demo.plotting import divergence_color, save_figure
+
+SOURCE = "benchmarks/quality_study.py"  # recorded in each figure (mentored.demo.plotting.save_figure)
 
 DIVS = mentored.BUILTIN_NAMES  # tv, kl, reverse_kl, chi2, neyman_chi2, hellinger, js
 SIGMAS_A = (0.5, 1.0)
@@ -38,6 +43,8 @@ SIGMAS_B = (0.25, 0.5, 1.0, 2.0)
 N = 50
 KL_BUDGETS = np.geomspace(1e-5, 3.0, 40)
 APPROX_EPS = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+APPROX_MARKERS = {"kl": "o", "reverse_kl": "s", "chi2": "^", "neyman_chi2": "v", "hellinger": "D", "js": "P"}
+EDGE_SIGN = (1.0, (0.5, 2.0))  # σ_A and the σ_B whose rows edge_sign.png plots
 
 
 def softmax(z):
@@ -107,7 +114,8 @@ def plot_synthetic(curves, scatter, out):
     fig, ax = plt.subplots(1, len(panels), figsize=(15, 4), sharey=True)
     for k, (copy, sa, title) in enumerate(panels):
         for sb in SIGMAS_B:
-            ax[k].semilogx(KL_BUDGETS, curves[(copy, sa, sb)], label=f"σ_B = {sb}")
+            # dashed: the copy drafters' σ_B = 1 and 2 curves coincide until they leave the axes
+            ax[k].semilogx(KL_BUDGETS, curves[(copy, sa, sb)], "--" if sb == SIGMAS_B[-1] else "-", label=f"σ_B = {sb}")
         ax[k].axhline(0, color="k", lw=0.8)
         ax[k].set_title(title, fontsize=9)
         ax[k].set_xlabel("kl budget ε")
@@ -116,21 +124,21 @@ def plot_synthetic(curves, scatter, out):
     ax[2].set_ylim(-0.3, 0.45)
     fig.suptitle("Synthetic truths: mentoring helps when the drafter errs differently from the target, not when it is a degraded copy")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "synthetic_gain.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "synthetic_gain.png"), source=SOURCE)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     for (copy, sa, sb), (e, g) in scatter.items():
-        if sa == 1.0 and sb in (0.5, 2.0):
+        if sa == EDGE_SIGN[0] and sb in EDGE_SIGN[1]:
             ax.scatter(e, g, s=6, alpha=0.5, label=f"{'copy' if copy else 'independent'}, σ_B = {sb}")
     ax.axhline(0, color="k", lw=0.8)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("edge d(U) − p(U)")
     ax.set_ylabel("gain at kl budget 1e-3 (nats)")
-    ax.set_title("σ_A = 1: the edge predicts the sign of the small-budget gain")
+    ax.set_title(f"σ_A = {EDGE_SIGN[0]:g}: the edge predicts the sign\nof the small-budget gain")
     ax.legend(markerscale=3)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "edge_sign.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "edge_sign.png"), source=SOURCE)
     plt.close(fig)
 
 
@@ -180,14 +188,16 @@ def plot_approximation(table, out):
     for k, (name, label) in enumerate((("A", "A − (1 − TV)  (i.e. s)"), ("D", "D_f at exact s"), ("gain", "log-loss gain"))):
         for div, rel in table.items():
             if name in rel and div != "tv":
-                ax[k].loglog(eps, np.maximum(rel[name], 1e-17), marker="o", ms=3, label=div)
+                # the smooth divergences' errors nearly coincide: open markers of different shapes keep each visible
+                ax[k].loglog(eps, np.maximum(rel[name], 1e-17), marker=APPROX_MARKERS[div], ms=6, mfc="none", lw=1,
+                             color=divergence_color(div), label=div)
         ax[k].loglog(eps, 0.5 * np.sqrt(eps / eps[0]) * 0.1, "k--", lw=0.8, label="∝ √ε")
         ax[k].set_title(f"relative error: {label}")
         ax[k].set_xlabel("budget ε")
     ax[0].legend(fontsize=7)
     fig.suptitle("Small-budget approximations (docs/theory.md §6): error O(√ε); chi2 exact below the first breakpoint; tv exactly linear")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "approximation.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "approximation.png"), source=SOURCE)
     plt.close(fig)
 
 
@@ -301,8 +311,8 @@ def plot_text(res, out):
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.2))
     x = np.where(TEXT_BUDGETS > 0, TEXT_BUDGETS, 3e-5)
     for div, ll in res["logloss"].items():
-        ax[0].semilogx(x, ll, marker="o", ms=3, label=f"π ({div})")
-        ax[1].plot(res["accept"][div], ll, marker="o", ms=3, label=div)
+        ax[0].semilogx(x, ll, marker="o", ms=3, color=divergence_color(div), label=f"π ({div})")
+        ax[1].plot(res["accept"][div], ll, marker="o", ms=3, color=divergence_color(div), label=div)
     for a in ax:
         a.axhline(res["nll_p"], color="k", ls="--", lw=1, label="target p")
     ax[0].axhline(res["nll_q"], color="gray", ls=":", lw=1, label="drafter q")
@@ -313,21 +323,74 @@ def plot_text(res, out):
     ax[1].set_title("log-loss against speed")
     fig.suptitle("Demo models on held-out text: mentoring the 6-gram by the bigram lowers log-loss at small budgets, not at large ones")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "text_logloss.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "text_logloss.png"), source=SOURCE)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for j, b in enumerate(res["bud"][:5]):
-        ax.scatter(res["edges"], res["tgains"][:, j], s=14, label=f"kl ε = {b:g}")
+    shown = res["bud"][:5]
+    for j, b in enumerate(shown):  # budgets in order: a sequential colour map
+        ax.scatter(res["edges"], res["tgains"][:, j], s=14, color=plt.cm.viridis(j / max(len(shown) - 1, 1)), label=f"kl ε = {b:g}")
     ax.axhline(0, color="k", lw=0.8)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xlabel("validation edge, per entropy bucket")
     ax.set_ylabel("test gain (nats/char)")
     ax.set_yscale("symlog", linthresh=1e-4)
+    top = float(np.max(res["tgains"][:, : len(shown)]))
+    if top > 0:
+        ax.set_ylim(top=3 * top)  # symlog's autoscale leaves no room above the highest points
+    ax.set_title("Demo models: each bucket of target entropy,\nits validation edge and its test gain")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "text_edge.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "text_edge.png"), source=SOURCE)
     plt.close(fig)
+
+
+def save_results(path, curves, scatter, table, text):
+    """The numbers the figures plot, as JSON: each setting (drafter, σ_A, σ_B) with its mean gain curve
+    and, where edge_sign.png plots it, each row's (edge, gain at kl 1e-3); the approximation errors; part 3's curves."""
+
+    def listed(x):
+        return np.asarray(x, dtype=float).tolist()
+
+    settings = []
+    for (copy, sa, sb), g in curves.items():
+        row = dict(copy=copy, sigma_a=sa, sigma_b=sb, mean_gain=listed(g))
+        if (copy, sa, sb) in scatter:
+            row["edge"], row["gain_small"] = (listed(x) for x in scatter[(copy, sa, sb)])
+        settings.append(row)
+    out = dict(kl_budgets=listed(KL_BUDGETS), settings=settings, approx_eps=list(APPROX_EPS),
+               approximation={div: {k: listed(v) for k, v in rel.items()} for div, rel in table.items()})
+    if text is not None:
+        out["text"] = dict(budgets=listed(TEXT_BUDGETS), nll_p=float(text["nll_p"]), nll_q=float(text["nll_q"]),
+                           logloss={d: listed(v) for d, v in text["logloss"].items()},
+                           accept={d: listed(v) for d, v in text["accept"].items()},
+                           edges=listed(text["edges"]), tgains=np.asarray(text["tgains"], dtype=float).tolist(), bud=listed(text["bud"]))
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+def load_results(path):
+    """(curves, scatter, table, text or None) as the parts return them, from save_results's file."""
+    with open(path) as f:
+        saved = json.load(f)
+    if not np.allclose(saved["kl_budgets"], KL_BUDGETS) or tuple(saved["approx_eps"]) != APPROX_EPS:
+        raise SystemExit(f"{path}: written with other budgets than this script's; run the study again (without --figure-only)")
+    curves, scatter = {}, {}
+    for row in saved["settings"]:
+        key = (row["copy"], row["sigma_a"], row["sigma_b"])
+        curves[key] = np.array(row["mean_gain"])
+        if "edge" in row:
+            scatter[key] = (np.array(row["edge"]), np.array(row["gain_small"]))
+    table = {div: {k: list(v) for k, v in rel.items()} for div, rel in saved["approximation"].items()}
+    text = saved.get("text")
+    if text is not None:
+        if not np.allclose(text["budgets"], TEXT_BUDGETS):
+            raise SystemExit(f"{path}: written with other text budgets than this script's; run the study again (without --figure-only)")
+        text = dict(nll_p=text["nll_p"], nll_q=text["nll_q"], logloss={d: np.array(v) for d, v in text["logloss"].items()},
+                    accept={d: np.array(v) for d, v in text["accept"].items()}, edges=np.array(text["edges"]),
+                    tgains=np.array(text["tgains"]), bud=np.array(text["bud"]))
+    return curves, scatter, table, text
 
 
 def main():
@@ -336,6 +399,7 @@ def main():
     ap.add_argument("--rows", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-text", action="store_true", help="skip part 3 (the demo models)")
+    ap.add_argument("--figure-only", action="store_true", help="redraw the figures from --out's results.json (seconds)")
     args = ap.parse_args()
     try:
         import matplotlib
@@ -343,17 +407,25 @@ def main():
         raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install 'mentored[plot]'") from None
 
     matplotlib.use("Agg")
-    os.makedirs(args.out, exist_ok=True)
-    rng = np.random.default_rng(args.seed)
-    t0 = time.time()
-    curves, scatter = part_synthetic(rng, args.rows)
+    results = os.path.join(args.out, "results.json")
+    if args.figure_only:
+        curves, scatter, table, text = load_results(results)
+    else:
+        os.makedirs(args.out, exist_ok=True)
+        rng = np.random.default_rng(args.seed)
+        t0 = time.time()
+        curves, scatter = part_synthetic(rng, args.rows)
+        # only the settings edge_sign.png plots keep their rows
+        scatter = {key: v for key, v in scatter.items() if key[1] == EDGE_SIGN[0] and key[2] in EDGE_SIGN[1]}
+        table = part_approximation(rng, args.rows)
+        text = None if args.no_text else part_text(args.seed)
+        save_results(results, curves, scatter, table, text)
+        print(f"\n{time.time() - t0:.1f} s; results in {results}")
     plot_synthetic(curves, scatter, args.out)
-    table = part_approximation(rng, args.rows)
     plot_approximation(table, args.out)
-    if not args.no_text:
-        res = part_text(args.seed)
-        plot_text(res, args.out)
-    print(f"\nfigures in {args.out}; {time.time() - t0:.1f} s")
+    if text is not None:
+        plot_text(text, args.out)
+    print(f"figures in {args.out}")
 
 
 if __name__ == "__main__":

@@ -44,9 +44,11 @@ import mentored
 from mentored.integrations.hf import left_pad
 from mentored.integrations.smollm import load_smollm
 from mentored.integrations.train_smollm import token_splits
+from mentored.demo.plotting import divergence_color, save_figure
 from mentored.demo.real import PAD, hf_sampling, held_out_prompts, run_alone, run_assisted, run_mentored
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "benchmarks/real_target.py"  # recorded in the figure (save_figure)
 BUDGETS = {"kl": (0.2, 1.0), "tv": (0.3,), "hellinger": (0.2,)}
 QUALITY_BUDGETS = {"kl": (0.01, 0.05, 0.2, 1.0), "tv": (0.03, 0.1, 0.3), "hellinger": (0.01, 0.05, 0.2)}
 KS = (1, 2, 3, 4, 6)
@@ -196,7 +198,11 @@ def own_samples(pair, tokens: int, seed: int = 0) -> list:
     return [(np.concatenate([np.asarray(r), g]), len(r) - 1) for r, g in zip(rows, gen)]
 
 
-def figure(results, path):
+def figure(results):
+    """The figure of docs/neural.md: the drafter's training curve, tokens/s relative to the target alone,
+    and the held-out gain bits(p) − bits(π) of π over p against the acceptance (> 0: π beats p), each
+    divergence in its colour of mentored.demo.plotting.DIVERGENCE_COLORS, in domain (solid, dots) and
+    out of domain (dashed, open squares). Series that are not divergences are in greys."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -210,11 +216,11 @@ def figure(results, path):
     with open(DRAFTER_DIR / "curves.csv", newline="") as f:
         curve = list(csv.DictReader(f))
     steps = [int(r["step"]) for r in curve]
-    cx.plot(steps, [float(r["train_bits"]) for r in curve], label="drafter, training batch", lw=1)
-    cx.plot(steps, [float(r["valid_bits"]) for r in curve], label="drafter, validation", lw=1.5)
+    cx.plot(steps, [float(r["train_bits"]) for r in curve], color="0.6", label="drafter, training batch", lw=1)
+    cx.plot(steps, [float(r["valid_bits"]) for r in curve], color="k", label="drafter, validation", lw=1.5)
     drafter_results = json.loads((DRAFTER_DIR / "results.json").read_text())
     cx.axhline(drafter_results["target"]["test_bits"], color="k", ls="--", lw=0.8, label="target, test")
-    cx.axhline(drafter_results["drafter"]["test_bits"], color="C1", ls=":", lw=0.8, label="drafter, test")
+    cx.axhline(drafter_results["drafter"]["test_bits"], color="k", ls=":", lw=0.8, label="drafter, test")
     cx.set_xlabel("optimiser step (16 windows of 512 tokens)")
     cx.set_ylabel("bits per token of the next token")
     cx.set_title("the drafter's training")
@@ -223,32 +229,34 @@ def figure(results, path):
     configs = list(results["decode"])
     names = [n for n in results["decode"][configs[0]]["rows"] if "batch 4" not in n]
     width = 0.8 / len(configs)
+    greys = np.linspace(0.25, 0.75, len(configs)) if len(configs) > 1 else [0.5]
     for j, c in enumerate(configs):
         rows = results["decode"][c]["rows"]
         base = rows["(a) target alone"]["tokens_per_s"]
-        ax.barh(np.arange(len(names)) + j * width, [rows[n]["tokens_per_s"] / base for n in names], height=width, label=c.replace("/", ", ") + " thread(s)")
+        ax.barh(np.arange(len(names)) + j * width, [rows[n]["tokens_per_s"] / base for n in names], height=width,
+                color=str(greys[j]), label=c.replace("/", ", ") + " thread(s)")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_yticks(np.arange(len(names)) + width * (len(configs) - 1) / 2, names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("tokens/s relative to the target alone (same run)")
     ax.set_title("SmolLM2-135M target, batch 1, 128 new tokens")
     ax.legend(fontsize=8)
-    for key, style in (("in_domain", "-o"), ("out_of_domain", "--s")):
+    for key, style in (("in_domain", dict(ls="-", marker="o")), ("out_of_domain", dict(ls="--", marker="s", mfc="none"))):
         q = results["quality"][key]
         for div in QUALITY_BUDGETS:
             # A budget at which pi = 0 on some observed token has infinite log-loss: left out (docs/neural.md).
             pts = [(r["acceptance"], 1e3 * r["gain"]) for r in q["budgets"] if r["divergence"] == div and np.isfinite(r["gain"])]
-            bx.plot(*zip(*pts), style, label=f"{div}, {key.replace('_', '-')}", ms=4)
+            bx.plot(*zip(*pts), color=divergence_color(div), label=f"{div}, {key.replace('_', '-')}", ms=4, **style)
     bx.axhline(0, color="k", lw=0.8)
     bx.set_yscale("symlog", linthresh=30)  # the small in-domain gains and the large losses on one axis
     ticks = [-400, -200, -100, -50, -25, 0, 25]
     bx.set_yticks(ticks, [str(t) for t in ticks])
     bx.set_xlabel("acceptance Σ min(π, q) (mean over positions)")
     bx.set_ylabel("bits(p) − bits(π), millibits per token (> 0: π beats p)")
-    bx.set_title("held-out quality of π against p")
+    bx.set_title("held-out log-loss gain of π over p")
     bx.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    return fig
 
 
 def tables(results) -> str:
@@ -286,7 +294,8 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-tokens", type=int, default=8192)
     ap.add_argument("--quick", action="store_true", help="3 prompts, 32 tokens, one thread, 1,024 evaluation tokens: a check that it runs")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "real_target_results.json")
-    ap.add_argument("--figure-only", action="store_true", help="redraw docs/real_target.png from --out")
+    ap.add_argument("--figure", type=Path, default=ROOT / "docs" / "real_target.png", help="where the figure goes (default: %(default)s)")
+    ap.add_argument("--figure-only", action="store_true", help="redraw --figure from --out")
     ap.add_argument("--tables", action="store_true", help="print the markdown tables of docs/neural.md from --out")
     ap.add_argument("--quality-only", action="store_true", help="recompute the quality part of --out, keep the rest")
     args = ap.parse_args(argv)
@@ -294,7 +303,7 @@ def main(argv=None) -> int:
         print(tables(json.loads(args.out.read_text())))
         return 0
     if args.figure_only:
-        figure(json.loads(args.out.read_text()), ROOT / "docs" / "real_target.png")
+        save_figure(figure(json.loads(args.out.read_text())), args.figure, source=SOURCE)
         return 0
     if args.quick:
         args.prompts, args.new_tokens, args.configs, args.eval_tokens = 3, 32, ["float32/1"], 1024
@@ -333,7 +342,7 @@ def main(argv=None) -> int:
     results["quality_seconds" if args.quality_only else "seconds"] = time.perf_counter() - t0
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     if not args.quick:
-        figure(results, ROOT / "docs" / "real_target.png")
+        save_figure(figure(results), args.figure, source=SOURCE)
     print(f"wrote {args.out} ({time.perf_counter() - t0:.0f} s)")
     return 0
 
