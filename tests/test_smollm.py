@@ -144,6 +144,20 @@ def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
         torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
 
 
+def test_the_conversion_is_the_same_online_and_offline(tiny_gguf, tmp_path, monkeypatch):
+    # The pinned digests hold only if the conversion's bytes depend on the GGUF and the packages
+    # alone: not on $HF_HUB_OFFLINE, which transformers would record in tokenizer_config.json.
+    import huggingface_hub.constants as hub
+
+    path, _, _ = tiny_gguf
+    digests = []
+    for offline in (True, False):
+        monkeypatch.setattr(hub, "HF_HUB_OFFLINE", offline)
+        smollm._convert(path, tmp_path / f"offline-{offline}")
+        digests.append(_files(tmp_path / f"offline-{offline}"))
+    assert digests[0] == digests[1]
+
+
 @pytest.fixture(scope="module")
 def tiny_conversion(tiny_gguf, tmp_path_factory):
     """The digests of a conversion of the tiny GGUF: what a pin for it holds."""

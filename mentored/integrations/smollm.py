@@ -80,8 +80,10 @@ def _convert(gguf: Path, work: Path) -> None:
     float32 Llama: ``model.safetensors``, its config files and the tokenizer's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # local_files_only: the GGUF is all there is to read, and the tokenizer records the flag in
+    # tokenizer_config.json, which would otherwise follow $HF_HUB_OFFLINE and break the pinned digests.
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True)
     # The dequantised weights in a model class without the GGUF quantizer, which refuses to save.
     config = quantized.config.to_dict()
     config.pop("quantization_config", None)
