@@ -20,6 +20,7 @@ import contextlib
 import copy
 import importlib.util
 import time
+from statistics import median
 
 # torch and transformers are imported where they are used: `mentored demo` imports this module to ask
 # what is missing (a plain `pip install .` has neither).
@@ -168,12 +169,6 @@ def cores_available() -> int:
         return os.cpu_count() or 1
 
 
-def _median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return (xs[(n - 1) // 2] + xs[n // 2]) / 2
-
-
 def timing_warnings(alone_rates, load_before: float, load_after: float, cores: int, threads: int) -> list[str]:
     """Why the tokens/s and speed-ups of a run may measure the machine rather than the method: the
     load average (1 minute, before and after the timed rounds) above the ``cores`` available, more
@@ -188,7 +183,7 @@ def timing_warnings(alone_rates, load_before: float, load_after: float, cores: i
         out.append(f"{threads} threads on {cores} core(s): the demo's own threads shared the cores")
     rates = list(alone_rates)
     if len(rates) >= 2:
-        mid, lo, hi = _median(rates), min(rates), max(rates)
+        mid, lo, hi = median(rates), min(rates), max(rates)
         if hi - lo > SPREAD_LIMIT * mid:
             out.append(f"the target alone ran at {lo:.1f}-{hi:.1f} tokens/s over rounds of the same work, a spread of "
                        f"{(hi - lo) / mid:.0%} of its median (more than {SPREAD_LIMIT:.0%})")
@@ -208,8 +203,8 @@ def summarise(rounds: list[dict]) -> dict:
         passes = sum(x["passes_per_token"] * x["tokens"] for x in runs)
         ratios = [r[label]["tokens_per_s"] / r[ALONE]["tokens_per_s"] for r in rounds]
         rates = [x["tokens_per_s"] for x in runs]
-        row = dict(tokens_per_pass=tokens / passes if passes else float("nan"), tokens_per_s=_median(rates), rate_min=min(rates),
-                   rate_max=max(rates), ratio=_median(ratios), ratio_min=min(ratios), ratio_max=max(ratios), k=runs[0].get("k"))
+        row = dict(tokens_per_pass=tokens / passes if passes else float("nan"), tokens_per_s=median(rates), rate_min=min(rates),
+                   rate_max=max(rates), ratio=median(ratios), ratio_min=min(ratios), ratio_max=max(ratios), k=runs[0].get("k"))
         if "accepted" in runs[0]:
             row["acceptance"] = sum(x["accepted"] for x in runs) / max(sum(x["drafted"] for x in runs), 1)
         out[label] = row
@@ -218,13 +213,11 @@ def summarise(rounds: list[dict]) -> dict:
 
 def measure(pair, prompts, new: int, seed: int, ks: dict, progress=None, texts=None) -> list[dict]:
     """Decode every prompt every way, one round per prompt: in round ``r`` each row decodes prompt
-    ``r`` alone, the rows in an order rotated by ``r`` (no row always runs first, or right after a
-    given other one). Returns one ``{row label: result}`` per round; ``progress(line)`` hears of each
+    ``r`` alone, the rows in an order rotated by ``r`` (no row always runs first, where a first
+    call's costs and the machine's state before the round fall). Returns one ``{row label: result}`` per round; ``progress(line)`` hears of each
     row as it ends; ``texts[label]`` (a dict of lists) receives the mentored rows' new tokens."""
-    import copy as _copy
-
     tgt, dft = pair.target, pair.drafter
-    assistant = _copy.deepcopy(dft)
+    assistant = copy.deepcopy(dft)
     k0 = ks[SETTINGS[0][0]]
     ways = [(ALONE, lambda p, s: run_alone(tgt, [p], new, s)),
             (ASSISTED, lambda p, s: dict(run_assisted(tgt, assistant, [p], new, s, k=k0), k=k0))]
