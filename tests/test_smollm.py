@@ -223,7 +223,7 @@ def test_a_conversion_that_misses_its_pin_is_refused(tiny_gguf, pinned, tmp_path
     assert not any(tmp_path.iterdir())
     # Digests the caller gives are held to the same standard, whatever the versions.
     monkeypatch.setattr(smollm, "CONVERTED_WITH", {"transformers": "0.0.0"}, raising=False)
-    with pytest.raises(ValueError, match=rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}"):
+    with pytest.raises(ValueError, match=rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}, given as converted_sha256"):
         load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, converted_sha256=wrong)
     assert not any(tmp_path.iterdir())
 

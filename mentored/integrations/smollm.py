@@ -169,10 +169,9 @@ def _converted(gguf: Path, digest: str, cache_dir, pinned: dict | None, strict: 
         fresh = _digests(work)
         differs = _difference(fresh, pinned) if pinned is not None else None
         if differs is not None and strict:
-            raise ValueError(
-                f"the conversion of {gguf} does not reproduce its pinned digests: {differs}, with the very package versions "
-                f"of the pin ({_said(CONVERTED_WITH)}); reinstall those packages (transformers, gguf) unmodified. Nothing was cached."
-            )
+            why = (f"with the very package versions of the pin ({_said(CONVERTED_WITH)}); reinstall those packages unmodified"
+                   if pinned is CONVERTED_SHA256 else "given as converted_sha256; pass the digests of a conversion you trust")
+            raise ValueError(f"the conversion of {gguf} does not reproduce its pinned digests: {differs}, {why}. Nothing was cached.")
         if differs is not None:
             here = _versions()
             warnings.warn(
