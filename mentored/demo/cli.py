@@ -96,7 +96,7 @@ def demo(args) -> int:
 
         from transformers.utils import logging as hf_logging
 
-        torch.set_num_threads(1)  # tiny models: one thread beats a team, and leaves a core free
+        torch.set_num_threads(args.threads or 1)  # tiny models: one thread beats a team, and leaves a core free
         hf_logging.disable_progress_bar()  # no weight-loading bars in the demo's output
         pair = load_pair()
     t_train = time.perf_counter() - t0
@@ -405,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--new-tokens", type=_positive_int, default=None, help="tokens generated per prompt (default: 64 with SmolLM2, else 128 characters)")
     d.add_argument("--k", type=_positive_int, default=None, help="drafts per target pass (default: the measured best of each row with SmolLM2, else 4)")
     d.add_argument("--eval-tokens", type=_positive_int, default=20000, help="held-out characters for the log-loss (default: %(default)s)")
+    d.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch threads of the transformer demos (default: 1, which keeps the timings the method's on a shared machine)")
     d.set_defaults(run=demo, parser=d)
 
     def pair(sp):

@@ -118,6 +118,9 @@ def probs_along(model, ids, *, context: int | None = None, stride: int | None = 
     context = context or _max_positions(model) or ids.size
     stride = stride or max(1, context // 2)
     V = model.config.vocab_size
+    bad = np.flatnonzero((ids.ravel() < 0) | (ids.ravel() >= V))
+    if bad.size:
+        raise ValueError(f"ids[{bad[0]}] = {ids.ravel()[bad[0]]}: token ids must lie in [0, {V}), the model's vocabulary of {V} tokens")
     device = next(model.parameters()).device
     out = np.empty((ids.size, V), dtype=np.float64)
     if ids.size:
@@ -327,7 +330,10 @@ class GenerateStats(DecodeStats):
 
 
 def _check_prompts(input_ids, attention_mask, device):
-    ids = torch.as_tensor(input_ids, device=device)
+    try:
+        ids = torch.as_tensor(input_ids, device=device)
+    except (OverflowError, RuntimeError) as exc:
+        raise ValueError(f"input_ids must hold token ids torch can store as integers: {exc}") from None
     if ids.ndim == 1:
         ids = ids[None]
     if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
@@ -366,9 +372,51 @@ def _draw(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.searchsorted(c, u * c[:, -1:], right=True).clamp_(max=probs.shape[-1] - 1)
 
 
-def _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p, ahead: int, what: str):
-    """The checks both decoding loops make: the sampling settings, the prompts, one vocabulary, and
-    room in both models' positions for ``ahead`` tokens after the longest prompt (``what`` says which).
+def _check_ids(ids: torch.Tensor, mask: torch.Tensor, V: int, flat: bool) -> None:
+    """Every prompt token (``mask`` 1) must index the embedding: ``0 <= id < V``. Padding is never fed."""
+    bad = (mask != 0) & ((ids < 0) | (ids >= V))
+    if bool(bad.any()):
+        b, j = (int(x) for x in bad.nonzero()[0])
+        where = f"input_ids[{j}]" if flat else f"input_ids[{b}, {j}]"
+        raise ValueError(f"{where} = {int(ids[b, j])}: token ids must lie in [0, {V}), the target's vocabulary of {V} tokens "
+                         "(encode the prompts with the models' tokenizer; mark padding 0 in attention_mask)")
+
+
+def _known_ids(model, name: str) -> set:
+    """The ids ``name`` (``pad_token_id``, ``bos_token_id``) holds in the model's config and generation config."""
+    out = set()
+    for cfg in (getattr(model, "config", None), getattr(model, "generation_config", None)):
+        value = getattr(cfg, name, None)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, int) and not isinstance(v, bool):
+                out.add(v)
+    return out
+
+
+def _check_unmasked_padding(model, ids: torch.Tensor, pad_token_id) -> None:
+    """Without ``attention_mask`` every token is prompt. A batch of several rows in which a row starts
+    with a known pad id (``pad_token_id``, the model's config or generation config) looks left-padded,
+    and is refused, unless that id is also the start token and every row starts with one run of it
+    of the same length (the start token, not padding)."""
+    if ids.shape[0] < 2:
+        return
+    pads = _known_ids(model, "pad_token_id") | ({int(pad_token_id)} if pad_token_id is not None else set())
+    bos = _known_ids(model, "bos_token_id")
+    for pad in sorted(pads):
+        lead = (ids == pad).to(torch.int64).cumprod(dim=1).sum(dim=1)  # each row's leading run of pad
+        if bool((lead > 0).any()) and (pad not in bos or bool((lead != lead[0]).any())):
+            b = int(lead.argmax())
+            raise ValueError(
+                f"attention_mask is None but row {b} of input_ids starts with pad_token_id {pad} ({int(lead[b])} of them), as "
+                "a left-padded batch does, and without a mask the padding would be decoded as prompt: pass attention_mask "
+                "(0 on the padding, 1 on the prompt, as left_pad builds it; torch.ones_like(input_ids) if those tokens are prompt)"
+            )
+
+
+def _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p, ahead: int, what: str, pad_token_id=None):
+    """The checks both decoding loops make: the sampling settings, the prompts (ids within the
+    vocabulary; no unmasked left padding), one vocabulary, and room in both models' positions for
+    ``ahead`` tokens after the longest prompt (``what`` says which).
     Returns ``(device, input_ids as (B, L), each row's prompt tokens, V)``."""
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
@@ -377,10 +425,13 @@ def _check_call(target_model, draft_model, input_ids, attention_mask, temperatur
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     device = next(target_model.parameters()).device
-    ids, _, prompts = _check_prompts(input_ids, attention_mask, device)
+    ids, mask, prompts = _check_prompts(input_ids, attention_mask, device)
     V = target_model.config.vocab_size
     if draft_model.config.vocab_size != V:
         raise ValueError(f"the models must share a vocabulary: target has {V} tokens, drafter {draft_model.config.vocab_size}")
+    _check_ids(ids, mask, V, flat=torch.as_tensor(input_ids).ndim == 1)
+    if attention_mask is None:
+        _check_unmasked_padding(target_model, ids, pad_token_id)
     longest = max(int(p.numel()) for p in prompts) + ahead
     for name, model in (("target", target_model), ("draft", draft_model)):
         limit = _max_positions(model)
@@ -487,9 +538,17 @@ def generate(
         Called as ``model(input_ids=, attention_mask=, position_ids=, ...)`` and returning ``.logits``;
         the same vocabulary (the first ``target_model.config.vocab_size`` logits of each are used).
     input_ids : LongTensor (L,) or (B, L)
-        Prompts, left-padded as for any decoder-only batched generation.
+        Prompts, left-padded as for any decoder-only batched generation. Every prompt token must lie
+        in ``[0, V)``, ``V = target_model.config.vocab_size`` (a ``ValueError`` names the first that
+        does not, and its place); padding may hold any id.
     attention_mask : LongTensor (B, L), optional
-        1 for prompt tokens, 0 for the left padding (default: no padding).
+        1 for prompt tokens, 0 for the left padding (default: every token is prompt). Without it, a
+        batch of several rows in which a row starts with the pad token (``pad_token_id``, or the
+        target's ``config``/``generation_config.pad_token_id``) is refused with a ``ValueError``:
+        it looks left-padded, and the padding would be decoded as prompt. Pass the mask
+        (:func:`left_pad` builds both), all ones if those tokens are prompt. A pad id that is also
+        the start token (``bos_token_id``) is taken as such when every row starts with one run of
+        it of the same length.
     k : int
         Drafts per target forward pass.
     divergence, budget :
@@ -543,7 +602,7 @@ def generate(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     device, ids_in, prompts, V = _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p,
-                                             max_new_tokens + k, f"{max_new_tokens} new tokens + k = {k}")
+                                             max_new_tokens + k, f"{max_new_tokens} new tokens + k = {k}", pad_token_id)
     B = ids_in.shape[0]
     if streamer is not None and B != 1:
         raise ValueError("a streamer needs batch size 1 (as in transformers)")

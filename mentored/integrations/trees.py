@@ -174,14 +174,16 @@ class _TreeLM(_Batched):
         self.cached[b] += len(kept)
 
 
-def _check(target_model, draft_model, input_ids, attention_mask, width, depth, temperature, top_k, top_p, extra=0):
+def _check(target_model, draft_model, input_ids, attention_mask, width, depth, temperature, top_k, top_p, extra=0, pad_token_id=None):
     """The checks of a tree call: (device, input_ids as (B, L), each row's prompt tokens, V).
-    ``extra`` new tokens must fit in the models' positions after the longest prompt, with the tree."""
+    ``extra`` new tokens must fit in the models' positions after the longest prompt, with the tree;
+    the prompts are checked as :func:`mentored.integrations.hf.generate` checks them (ids within
+    the vocabulary, no left padding without ``attention_mask``)."""
     for name, value in (("width", width), ("depth", depth)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
     device, ids, prompts, V = _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p,
-                                          extra + depth, f"{extra} new tokens + the depth {depth}")
+                                          extra + depth, f"{extra} new tokens + the depth {depth}", pad_token_id)
     if width > V:
         raise ValueError(f"width {width} exceeds the vocabulary ({V} tokens): siblings carry distinct tokens")
     return device, ids, prompts, V
@@ -259,7 +261,9 @@ def generate_tree(
     ----------
     target_model, draft_model, input_ids, attention_mask, divergence, budget, max_new_tokens, eos_token_id, pad_token_id :
         As :func:`mentored.integrations.hf.generate`: a batch of left-padded prompts whose rows
-        finish independently, the same vocabulary, one budget or one per row.
+        finish independently, the same vocabulary, one budget or one per row. Prompt ids outside
+        ``[0, V)`` are refused, and so is a batch whose rows start with the pad token when
+        ``attention_mask`` is None (it looks left-padded: pass the mask).
     width, depth : int
         Children per node (the drafter's top ``width``) and levels below the root.
     objective : {"length", "acceptance"}
@@ -289,7 +293,7 @@ def generate_tree(
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     device, ids_in, prompts, V = _check(target_model, draft_model, input_ids, attention_mask, width, depth, temperature, top_k, top_p,
-                                        extra=max_new_tokens)
+                                        extra=max_new_tokens, pad_token_id=pad_token_id)
     B = ids_in.shape[0]
     budgets = per_row(budget, B, "budget", unit="row")
     pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
