@@ -127,7 +127,7 @@ def _figure(panels, out):
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install 'mentored[plot]'") from None
+        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install matplotlib") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -404,7 +404,7 @@ def main():
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install 'mentored[plot]'") from None
+        raise SystemExit("this benchmark draws figures, which needs matplotlib: pip install matplotlib") from None
 
     matplotlib.use("Agg")
     results = os.path.join(args.out, "results.json")

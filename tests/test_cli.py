@@ -89,7 +89,7 @@ def test_frontier_plot_names_the_extra_without_matplotlib(rows, monkeypatch, cap
     with pytest.raises(SystemExit) as exc:
         main(["frontier", str(tmp / "p.npy"), str(tmp / "q.npy"), "--plot", str(tmp / "x.png")])
     assert exc.value.code == 2
-    assert "mentored[plot]" in capsys.readouterr().err
+    assert "pip install matplotlib" in capsys.readouterr().err
     assert not (tmp / "x.png").exists()
 
 

@@ -279,7 +279,7 @@ def test_convex_program_cost_equals_the_divergence(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_forms_are_the_numpy_forms(name):
-    torch = pytest.importorskip("torch", reason="the torch forms need torch (pip install 'mentored[torch]')")
+    torch = pytest.importorskip("torch", reason="the torch forms need torch (pip install torch)")
     from mentored.backends.torch import _TorchOps
 
     spec, ops = mentored.divergence(name).builtin, _TorchOps()

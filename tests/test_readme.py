@@ -109,7 +109,7 @@ def test_missing_extras_are_named():
         "import sys\n"
         "sys.modules['torch'] = None  # as if torch were not installed\n"
         "import mentored\n"
-        "for name, extra in (('hf', 'mentored[hf]'), ('torch_backend', 'mentored[torch]')):\n"
+        "for name, extra in (('hf', 'pip install torch transformers'), ('torch_backend', 'pip install torch')):\n"
         "    try:\n"
         "        getattr(mentored, name)\n"
         "    except ImportError as exc:\n"
@@ -164,3 +164,28 @@ def test_docs_and_code_speak_of_what_is():
         text = path.read_text(encoding="utf-8", errors="replace")
         found += [f"{name}: {m.group(0)!r}" for pattern in _HISTORY for m in re.finditer(pattern, text)]
     assert not found, found
+
+
+def test_install_hints_work_wherever_the_user_is():
+    """A missing-dependency hint names packages on the index, never `mentored[...]` (no such package is
+    published) nor `'.[...]'` (only right in a clone's root); each one installs exactly an extra's
+    packages, so it stays true to pyproject.toml."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extra_sets = {frozenset(Requirement(r).name for r in reqs) for reqs in extras.values()}
+    named = []
+    for path in sorted([*(ROOT / "mentored").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "tests").glob("test_*.py")]):
+        if path.name == Path(__file__).name:
+            continue  # its patterns would match themselves
+        text = path.read_text()
+        bad = re.findall(r"pip install[^\n]{0,12}?(?:mentored\[|\.\[)", text)
+        assert not bad, (path.name, bad)
+        named += [(path.name, frozenset(m.split())) for m in re.findall(r"pip install ((?:[a-z][a-z0-9-]*\b ?)+)", text)]
+    extra_names = {"torch", "transformers", "gguf", "accelerate", "matplotlib"}
+    hints = [(name, packages) for name, packages in named if packages <= extra_names]
+    assert len(hints) >= 6, named
+    for name, packages in hints:
+        assert packages in extra_sets, (name, sorted(packages), "installs no extra's packages exactly")

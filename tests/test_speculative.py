@@ -348,7 +348,7 @@ def test_torch_seeded_and_bad_input(rng):
 def test_cpu_tensors_are_verified_by_the_core(one_core_call, rng):
     # CPU tensors take the numpy path's one core call (no torch solve), with the uniforms a seed
     # draws on the tensors' device, and come back as a tensor.
-    torch = pytest.importorskip("torch", reason="torch tensors need torch (pip install 'mentored[torch]')")
+    torch = pytest.importorskip("torch", reason="torch tensors need torch (pip install torch)")
     p, bonus, q, draft = _batch(rng, 3, 4, 30)
     u = rng.random((3, 4, 2))
     want = mentored.speculative_step(p, bonus, q, draft, divergence="hellinger", budget=0.2, uniforms=u)

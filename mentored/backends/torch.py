@@ -43,7 +43,7 @@ import numpy as np
 try:
     import torch
 except ImportError as exc:
-    raise ImportError("mentored.backends.torch needs torch: pip install 'mentored[torch]'") from exc
+    raise ImportError("mentored.backends.torch needs torch: pip install torch") from exc
 
 from .. import _core
 from ..check.inputs import check_step_inputs, check_zeros, per_row, step_budgets, sum_rtol

