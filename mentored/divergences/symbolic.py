@@ -28,9 +28,15 @@ subgradient :math:`c \in \partial f(1)` (the tilt of the core, generators.hpp), 
     \operatorname{dom} f^* = (-\infty, f_\infty) \text{ or } (-\infty, f_\infty],
 
 symbolically where sympy solves the stationarity equation :math:`f'(t) = y` (else by bisection on
-:math:`f'`), the inverse derivative :math:`(f')^{-1}`, and the swapped generator :math:`t f(1/t)`
-(:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`). Each is compiled to a vectorised numpy callable; where
-:math:`f` is not differentiable, :math:`f'` returns a subgradient.
+:math:`f'`), the inverse derivative :math:`(f')^{-1}` (for a generator with kinks, from the inverse on
+each smooth piece), whether :math:`f` is linear on some interval (:math:`(f')^{-1}` then not a
+function), and the swapped generator :math:`t f(1/t)` (:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`).
+Each is compiled to a vectorised numpy callable; where :math:`f` is not differentiable, :math:`f'`
+returns a subgradient. Where the printed form of :math:`f` or :math:`f'` overflows on the way at a
+point of :math:`(0, \infty)` (``log(cosh(t - 1))`` forms :math:`\cosh 719` at :math:`t = 720`), that
+point is evaluated again: :math:`\tilde f` by the compiled program in extended range
+(:mod:`mentored.divergences.program`), the rest in 30-digit arithmetic, so that a finite :math:`f`
+never reads as infinite.
 
 Float literals are read as the decimals they print as (``0.5`` as 1/2, ``1e-12`` as 1/10¹²), so that
 ``0.5*Abs(t - 1)`` is decided exactly as ``Abs(t - 1)/2`` is; :attr:`SymbolicInfo.expr` holds that form.
@@ -72,9 +78,10 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
+from ._printing import NP_FUNCS, NP_MAX, NP_MIN, SERIES_RADIUS
 from ._warnings import NumericCheckWarning
 
-__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "SERIES_RADIUS", "analyse"]
+__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "SERIES_RADIUS", "analyse", "exact_perspective"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds: Divergence.from_sympy returns or refuses within this (see the module docstring)
 
@@ -85,7 +92,6 @@ class SymbolicTimeoutError(ValueError):
 
 Y = sp.Symbol("y", real=True)
 
-SERIES_RADIUS = 1e-3  # |t − 1| below which the tilted f is summed from its Taylor series
 _SERIES_ORDER = 8
 
 
@@ -172,11 +178,7 @@ class SymbolicInfo:
 # Numeric helpers
 
 
-_NP_MAX, _NP_MIN = sp.Function("mentored_max"), sp.Function("mentored_min")
-_NP_FUNCS = {
-    "mentored_max": lambda *a: np.maximum.reduce(np.broadcast_arrays(*a)),
-    "mentored_min": lambda *a: np.minimum.reduce(np.broadcast_arrays(*a)),
-}
+_NP_MAX, _NP_MIN, _NP_FUNCS = NP_MAX, NP_MIN, NP_FUNCS
 
 
 def _lambdify(expr, sym):
