@@ -265,12 +265,17 @@ def test_exact_optimum_of_an_overflowing_generator():
     assert problem.status == "optimal" and problem.value == pytest.approx(0.5917976676753381, abs=1e-7)
 
 
-def test_f_is_evaluated_where_its_printed_form_overflows():
+def test_f_is_evaluated_where_its_printed_form_overflows(monkeypatch):
+    from mentored.divergences import program as _program
+
     d, tiny = mentored.Divergence.from_sympy(LOGCOSH, T), mentored.Divergence.from_sympy(TINY, T)
     x = np.array([720.0, 1e3, 1e10, 1e100, 1e300])
     want = x - 1.0 - np.log(2.0)  # log cosh u = u − log 2 + log1p(e^(−2u)), the last term below an ulp here
     assert_allclose(d.f(x), want, rtol=1e-15)
     assert_allclose(d.f_tilde(x), want, rtol=1e-15)
+    with monkeypatch.context() as m:  # f̃ without a program (code that does not translate): 30-digit arithmetic
+        m.setattr(_program, "compile_info", lambda info: None)
+        assert_allclose(mentored.Divergence.from_sympy(LOGCOSH, T).f_tilde(x), want, rtol=1e-15)
     assert_allclose(d.fprime(x), 1.0, rtol=0)
     assert_allclose(tiny.f_tilde(np.array([5e169, 1e250])), [2.5e139, 1e300], rtol=1e-15)
     assert np.isinf(tiny.f_tilde(np.array([1e300]))[0])  # 1e400: past DBL_MAX itself
