@@ -123,3 +123,42 @@ def test_untranslatable_code_keeps_the_callbacks(rows):
     sol = mentored.solve(P, Q, divergence=d, budget=0.05)
     np.testing.assert_allclose(d(sol.pi, P), 0.05, rtol=1e-9)
     assert mentored.divergence("kl").program is None  # a built-in: the core's own generator
+
+
+# Generators whose printed form passes DBL_MAX on the way at t where f̃ itself is a double.
+OVERFLOWING = {
+    "logcosh": sp.log(sp.cosh(T - 1)),  # cosh(t − 1) overflows past t ≈ 711
+    "softplus": sp.log(1 + sp.exp(T - 1)) - sp.log(2) - (T - 1) / 2,
+    "tiny": (T - 1) ** 2 / 10**200,  # (t − 1)² past t ≈ 1.3e154
+    "logsumexp": sp.log((sp.exp(T) + sp.exp(2 - T)) / 2) - 1,  # e^t past t ≈ 709
+    "cubic": (T**3 - 1 - 3 * (T - 1)) / 10**300,  # t³ past t ≈ 5.6e102, f̃ a double up to t ≈ 1e202
+    "hyperbola": sp.sqrt(1 + (T - 1) ** 2) - 1,  # (t − 1)² past t ≈ 1.3e154
+}
+
+
+@pytest.mark.parametrize("name", list(OVERFLOWING))
+def test_the_program_evaluates_f_where_its_printed_form_overflows(name):
+    d = mentored.Divergence.from_sympy(OVERFLOWING[name], T, name=name)
+    prog = d.program
+    assert prog is not None
+    x = np.array([0.5, 3.0, 705.0, 720.0, 1e3, 1e5, 1e10, 1e100, 1e154, 5e169, 1e250, 1e300, 1e307])
+    with np.errstate(over="ignore"):
+        ref = exact_f_tilde(d.symbolic, x)  # 40 digits, rounded: ∞ only where f̃ passes DBL_MAX
+    got = prog.f_tilde(x)
+    assert np.array_equal(np.isinf(got), np.isinf(ref)), (x[np.isinf(got) != np.isinf(ref)])
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=4e-15, atol=0)
+    np.testing.assert_allclose(d.f_tilde(x)[fin], ref[fin], rtol=4e-15, atol=0)  # numpy's, through the same program
+
+
+def test_a_ratio_past_dbl_max_costs_its_exact_term_under_a_user_generator():
+    # q_2/p_2 = 5e309 passes DBL_MAX: the core holds it scaled and asks the generator for the term
+    # p_2 f̃(q_2/p_2) = 1e-310·1e-300·(5e309)² = 2.5e9 (the program in extended range; ∞ for want of it).
+    d = mentored.Divergence.from_sympy((T - 1) ** 2 / 10**300, T)
+    p, q = np.array([0.5, 0.5, 1e-310]), np.array([0.5, 0.0, 0.5])
+    assert float(d(q, p)) == pytest.approx(2.5e9, rel=1e-12)
+    # π = (0.5, 0.5 − x, x): D = 1e10·x² (+ 0.5e-300(1 − x/0.5)²), so ε = 1e9 gives x = √0.1
+    want = [1.0, 0.5 + np.sqrt(0.1)]
+    got = [mentored.solve(p, q, divergence=d, budget=b).acceptance for b in (1e10, 1e9)]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(mentored.MentoredPath(p, q).frontier([1e10, 1e9], divergence=d), want, rtol=1e-12)

@@ -221,3 +221,220 @@ def test_core_stub_lists_what_the_module_has():
         node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
         stub = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} - {"__init__"}
         assert stub == {k for k in dir(getattr(core, cls)) if not k.startswith("_")}
+
+
+# ---------------------------------------------------------------- generators whose printed form overflows
+
+LOGCOSH = sp.log(sp.cosh(T - 1))  # convex, f∞ = 1; numpy's cosh(t − 1) overflows past t ≈ 711
+TINY = (T - 1) ** 2 / 10**200  # (t − 1)² overflows past t ≈ 1.3e154, where f itself is ≤ 1e108
+P3, Q3 = np.array([0.49995, 0.49995, 1e-4]), np.array([0.5, 0.0, 0.5])
+
+
+def exact_optimum(f, p, q, eps):
+    """A*(ε) along the optimal curve π(s) (reference.curve: bisection on the definitions of Down and
+    Up), with D_f(π(s)‖p) summed in 40-digit arithmetic: nothing of f is evaluated in floating point."""
+    import mpmath
+
+    fn = sp.lambdify(T, f, modules="mpmath")
+    tv = 0.5 * float(np.abs(p - q).sum())
+
+    def D(s):
+        pi, _, _ = reference.curve(p, q, s)
+        with mpmath.workdps(40):
+            return sum(mpmath.mpf(b) * fn(mpmath.mpf(a) / mpmath.mpf(b)) for a, b in zip(pi, p) if b > 0)
+
+    lo, hi = 0.0, tv
+    if D(hi) <= eps:
+        return 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if D(mid) <= eps else (lo, mid)
+    return 1.0 - tv + lo
+
+
+def test_exact_optimum_of_an_overflowing_generator():
+    # The optima the paths below must reach: at ε = 0.1 also cvxpy's, with log cosh u = logistic(2u) − u − log 2
+    # (at ε = 0.5 the conic solver stops short: e^(2u) at u ≈ 3700).
+    cp = pytest.importorskip("cvxpy")
+    assert exact_optimum(LOGCOSH, P3, Q3, 0.5) == pytest.approx(0.872586518017585, abs=1e-12)
+    assert exact_optimum(LOGCOSH, P3, Q3, 0.1) == pytest.approx(0.5917976676753381, abs=1e-12)
+    u = cp.Variable(3, nonneg=True)
+    cost = P3 @ (cp.logistic(2 * (u - 1)) - (u - 1) - np.log(2))
+    problem = cp.Problem(cp.Maximize(cp.sum(cp.minimum(cp.multiply(P3, u), Q3))), [P3 @ u == 1, cost <= 0.1])
+    problem.solve(solver="CLARABEL", tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    assert problem.status == "optimal" and problem.value == pytest.approx(0.5917976676753381, abs=1e-7)
+
+
+def test_f_is_evaluated_where_its_printed_form_overflows(monkeypatch):
+    from mentored.divergences import program as _program
+
+    d, tiny = mentored.Divergence.from_sympy(LOGCOSH, T), mentored.Divergence.from_sympy(TINY, T)
+    x = np.array([720.0, 1e3, 1e10, 1e100, 1e300])
+    want = x - 1.0 - np.log(2.0)  # log cosh u = u − log 2 + log1p(e^(−2u)), the last term below an ulp here
+    assert_allclose(d.f(x), want, rtol=1e-15)
+    assert_allclose(d.f_tilde(x), want, rtol=1e-15)
+    with monkeypatch.context() as m:  # f̃ without a program (code that does not translate): 30-digit arithmetic
+        m.setattr(_program, "compile_info", lambda info: None)
+        assert_allclose(mentored.Divergence.from_sympy(LOGCOSH, T).f_tilde(x), want, rtol=1e-15)
+    assert_allclose(d.fprime(x), 1.0, rtol=0)
+    assert_allclose(tiny.f_tilde(np.array([5e169, 1e250])), [2.5e139, 1e300], rtol=1e-15)
+    assert np.isinf(tiny.f_tilde(np.array([1e300]))[0])  # 1e400: past DBL_MAX itself
+    # a printed f' that overflows (e^u/(1 + e^u) is ∞/∞ past u ≈ 709)
+    softplus = mentored.Divergence.from_sympy(sp.log(1 + sp.exp(T - 1)) - sp.log(2) - (T - 1) / 2, T)
+    assert_allclose(softplus.fprime(np.array([800.0, 1e5])), 0.5, rtol=1e-15)
+    assert_allclose(softplus.f_tilde(np.array([800.0])), [799 / 2 - np.log(2)], rtol=1e-15)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["program", "callbacks"])
+def test_an_overflowing_generator_reaches_the_optimum_on_every_path(compiled, monkeypatch):
+    from mentored.check.oracle import OracleSkippedWarning
+    from mentored.divergences import program as _program
+    from mentored.verify.serving import onehot_acceptance, rejection_sample, tree_verifier
+
+    if not compiled:
+        monkeypatch.setattr(_program, "_ENABLED", False)
+    d = mentored.Divergence.from_sympy(LOGCOSH, T, name="logcosh")
+    assert (d.program is not None) == compiled
+    best = {0.5: 0.872586518017585, 0.1: 0.5917976676753381}  # test_exact_optimum_of_an_overflowing_generator
+    for eps, a in best.items():
+        sol = mentored.solve(P3, Q3, divergence=d, budget=eps)
+        assert sol.acceptance == pytest.approx(a, abs=1e-9)
+        assert float(d(sol.pi, P3)) == pytest.approx(eps, rel=1e-9)
+        assert mentored.certify(P3, Q3, sol.pi, d, eps).ok
+        assert mentored.MentoredPath(P3, Q3).solve(d, eps).acceptance == pytest.approx(a, abs=1e-9)
+    assert_allclose(mentored.MentoredPath(P3, Q3).frontier([0.5, 0.1], divergence=d), list(best.values()), atol=1e-9)
+    with pytest.warns(OracleSkippedWarning, match="no convex form"):  # the oracle has no cvxpy atom for cosh
+        mentored.solve(P3, Q3, divergence=d, budget=0.5, check=True)
+    by_acceptance = mentored.solve(P3, Q3, divergence=d, acceptance=best[0.5])
+    assert by_acceptance.divergence == pytest.approx(0.5, rel=1e-7)
+    # The drafter's token 2 is accepted with probability π_2/q_2 = (A* − 0.5)/0.5.
+    ratio = (best[0.5] - 0.5) / 0.5
+    for u0, accepted in ((ratio - 1e-3, True), (ratio + 1e-3, False)):
+        out = mentored.speculative_step(np.array([[P3, P3]]), np.array([[0]]), np.array([[Q3]]), np.array([[2]]), divergence=d,
+                                        budget=0.5, uniforms=np.array([[[u0, 0.5]]]))
+        assert (out[0, 0] == 2) == accepted
+        out = rejection_sample(np.array([2]), [1], Q3[None], P3[None], np.array([[0]]), divergence=d, budget=0.5,
+                               uniforms=np.array([[u0, 0.5]]))
+        assert (out[0, 0] == 2) == accepted
+    # The set verifier of a token-only drafter at p_x = 1e-4: the largest a with
+    # p_x f(a/p_x) + (1 − p_x) f((1 − a)/(1 − p_x)) = ε, in 40-digit arithmetic 0.41604231503861824658…
+    a = 0.41604231503861825
+    assert_allclose(onehot_acceptance(np.array([1e-4]), 0.5, divergence=d), [a], rtol=1e-12)
+    for objective in ("acceptance", "length"):  # one child: the weighted verifier is the set verifier
+        accept, value = tree_verifier([0, 2], [-1, 0], [2], np.array([P3, P3]), divergence=d, budget=0.5, objective=objective)
+        assert_allclose(accept, [1.0, a], rtol=1e-9)
+
+
+def test_a_tiny_generator_past_the_float_range_of_its_printed_form():
+    # ε = 0.5 never binds: D_f(q‖p) = 1e-200·(0.5 + (0.5e170 − 1)²·1e-170) = 2.5e-31, so π = q and the
+    # acceptance is 1; the ratio q_2/p_2 = 5e169 squares past DBL_MAX in f's printed form.
+    from mentored.verify.serving import onehot_acceptance
+
+    d = mentored.Divergence.from_sympy(TINY, T)
+    p, q = np.array([0.5, 0.5 - 1e-170, 1e-170]), np.array([0.5, 0.0, 0.5])
+    assert float(d(q, p)) == pytest.approx(2.5e-31, rel=1e-12)
+    assert mentored.solve(p, q, divergence=d, budget=0.5).acceptance == 1.0
+    assert mentored.MentoredPath(p, q).solve(d, 0.5).acceptance == 1.0
+    assert_allclose(onehot_acceptance(np.array([1e-170]), 0.5, divergence=d), [1.0])
+    out = mentored.speculative_step(np.array([[p, p]]), np.array([[0]]), np.array([[q]]), np.array([[2]]), divergence=d, budget=0.5,
+                                    uniforms=np.array([[[0.999, 0.5]]]))
+    assert out[0, 0] == 2
+
+
+# ---------------------------------------------------------------- draft trees' weighted verifier (objective="length")
+
+TREE_TOKENS, TREE_PARENTS = np.arange(7), np.array([-1, 0, 0, 1, 1, 2, 2])
+
+
+def _tree_rows(seed=5, V=8):
+    return np.random.default_rng(seed).dirichlet(np.full(V, 0.7), TREE_TOKENS.size)
+
+
+def _each_node_is_the_oracles_optimum(d, p, eps):
+    """tree_verifier(objective="length") at every node against the oracle on the whole vocabulary
+    (max Σ w π, w = 1 + A(c) from the verifier's own values below), to 1e-7."""
+    from mentored.check.oracle import oracle_weighted
+    from mentored.verify.serving import tree_verifier
+
+    accept, value = tree_verifier(TREE_TOKENS, TREE_PARENTS, [TREE_TOKENS.size], p, divergence=d, budget=eps, objective="length")
+    for v in range(TREE_TOKENS.size):
+        kids = np.flatnonzero(TREE_PARENTS == v)
+        if not kids.size:
+            continue
+        W = np.zeros(p.shape[1])
+        W[TREE_TOKENS[kids]] = 1.0 + value[kids]
+        pi = p[v] * (1.0 - accept[kids].sum()) / (1.0 - p[v][TREE_TOKENS[kids]].sum())
+        pi[TREE_TOKENS[kids]] = accept[kids]
+        o = oracle_weighted(p[v], W, d, eps)
+        assert o.usable(eps, 1e-9), o.status
+        assert float(d(pi, p[v])) <= eps * (1 + 1e-9)
+        assert W @ pi == pytest.approx(o.acceptance, abs=1e-7), (v, W @ pi, o.acceptance)
+    return value
+
+
+def test_the_length_objective_takes_a_strictly_convex_generator_of_infinite_curvature():
+    # |t − 1|^(3/2): f'' = ∞ at 1 and f' = (3/2)·sign(t − 1)·|t − 1|^(1/2) strictly increasing, so (f')⁻¹ is a function.
+    d = mentored.Divergence.from_sympy(sp.Abs(T - 1) ** sp.Rational(3, 2), T)
+    for eps in (0.02, 0.3):
+        _each_node_is_the_oracles_optimum(d, _tree_rows(), eps)
+    assert d.symbolic.linear_on is None and isinstance(d.fprime_inv_expr, sp.Piecewise)
+    y = np.array([-1.5, -0.3, 0.0, 0.3, 1.5])
+    assert_allclose(d.fprime_inv(y), 1.0 + np.sign(y) * (2 * y / 3) ** 2, rtol=1e-15)
+
+
+def test_the_length_objective_takes_a_generator_whose_curvature_underflows():
+    # log cosh(t − 1): f'' = sech²(t − 1) is 0 in floating point past t ≈ 370, but f' = tanh(t − 1) is strictly increasing.
+    from mentored.verify.serving import tree_verifier
+
+    d = mentored.Divergence.from_sympy(LOGCOSH, T)
+    p = _tree_rows()
+    accept, value = tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], p, divergence=d, budget=0.3, objective="length")
+    setwise, _ = tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], p, divergence=d, budget=0.3, objective="acceptance")
+    assert_allclose(accept[3:], setwise[3:], rtol=1e-9)  # the leaves' parents: equal weights, the set verifier
+    assert value[0] >= (setwise[1:3] * (1 + value[1:3])).sum() - 1e-12  # the length objective's own optimum
+    assert d.symbolic.linear_on is None
+
+
+@pytest.mark.parametrize("f, where", [(sp.Max(T - 1, 0), r"\(0, 1\)"),
+                                      (sp.Piecewise(((T - 1) ** 2, T < 1), (T - 1, True)) + sp.Min(0, T - 1) / 2, r"\(1, inf\)")])
+def test_the_length_objective_refuses_a_generator_linear_on_an_interval_naming_it(f, where):
+    from mentored.verify.serving import tree_verifier
+
+    d = mentored.Divergence.from_sympy(f, T, name="kinked")
+    with pytest.raises(ValueError, match=r"f' strictly increasing on \(0, inf\).*'kinked' is linear on " + where + ".*objective='acceptance'"):
+        tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], _tree_rows(), divergence=d, budget=0.1)
+
+
+PIECEWISE = {
+    "piecewise": sp.Piecewise(((T - 1) ** 2, T < 1), (2 * (T - 1) ** 2, True)),  # f'' jumps at 1
+    "max": sp.Max((T - 1) ** 2, 4 * (T - 1) ** 2 - 3 * (T - 1)),  # f' jumps at 1 and 2
+    "abs": (T - 1) ** 2 + sp.Abs(T - 1) / 2,  # f' jumps at 1
+}
+
+
+@pytest.mark.parametrize("name", list(PIECEWISE))
+def test_a_piecewise_generators_length_objective_runs_no_bisection(name, monkeypatch):
+    # (f')⁻¹ is solved on each smooth piece once, in the analysis: the weighted verifier evaluates it
+    # in closed form rather than bisecting on f' (120 evaluations of f' per point) at every step.
+    from mentored.divergences import symbolic
+    from mentored.verify.serving import tree_verifier
+
+    d = mentored.Divergence.from_sympy(PIECEWISE[name], T, name=name)
+    assert isinstance(d.fprime_inv_expr, sp.Piecewise)
+    y = np.linspace(-6.0, 6.0, 49)
+    y = y[y > d.symbolic.fprime0]
+    assert_allclose(d.fprime_inv(y), symbolic._bisect_fprime(d.fprime, y), rtol=1e-13)  # the inverse, kinks included
+    calls = []
+    bisect = symbolic._bisect_fprime
+    monkeypatch.setattr(symbolic, "_bisect_fprime", lambda *a, **k: calls.append(1) or bisect(*a, **k))
+    tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], _tree_rows(), divergence=d, budget=0.3, objective="length")
+    assert not calls
+
+
+@pytest.mark.parametrize("name", ["max", "abs"])
+def test_the_length_objective_where_the_top_class_rests_at_a_kink(name):
+    # At ε = 0.3 node 0's best child sits at the kink t = 2 of the maximum (its level anywhere in
+    # [f'(2⁻), f'(2⁺)] = [2, 5]); at ε = 0.02 the |t − 1| kink holds the top class at t = 1.
+    d = mentored.Divergence.from_sympy(PIECEWISE[name], T, name=name)
+    for eps in (0.3, 0.02):
+        _each_node_is_the_oracles_optimum(d, _tree_rows(), eps)

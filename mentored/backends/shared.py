@@ -145,9 +145,12 @@ def _tv_masses(xp, P, w, eps, keep, real, pos):
 def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
     """The weighted verifier of a strictly convex divergence (cpp/mentored/tree.hpp, kkt_masses): the
     same stationarity, its two roots found by k-ary searches of fixed length instead of the core's
-    regula falsi, so that a device runs a few hundred steps, none of which reads a value back."""
+    regula falsi, so that a device runs a few hundred steps, none of which reads a value back. Where
+    f̃′ jumps (a user generator's kinks), a third search finds the top class's level inside the jump."""
     df, dfinv, term = forms.df, forms.dfinv, forms.term
     f_inf = div.f_inf - div.tilt
+    # f̃′ jumps somewhere (a user generator with kinks, or one not split into smooth pieces)
+    kinked = div.builtin is None and (div.symbolic is None or div.symbolic.kinks is None or len(div.symbolic.kinks) > 0)
     w_top = xp.amax(xp.where(pos, w, -np.inf), -1)
     d = xp.where(pos, w_top[:, None] - w, -1.0)
     top = pos & (d == 0)
@@ -184,9 +187,24 @@ def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
             k = (total <= 1.0).sum(-1) * 1.0
             lo, hi = lo + (hi - lo) * (k / kary), xp.minimum(lo + (hi - lo) * ((k + 1) / kary), hi)
         mT = lo
+        if kinked:
+            # The top class's ratio may come to rest at a kink b of f̃, where its level s takes any value
+            # in [f̃′(b⁻), f̃′(b⁺)] and the total jumps across 1 in mT: s from its own search, mT held.
+            a = df(xp.nextafter(lo / PT1_, xp.zeros_like(lo)))
+            b = xp.maximum(df(xp.nextafter(hi / PT1_, xp.full_like(hi, np.inf))), a)
+            for _ in range(_LEVEL_BITS // bits):
+                s = a[..., None] + (b - a)[..., None] * frac
+                lv = dfinv(s[..., None] - theta[..., None, None] * gapc)
+                total = mT[..., None] + xp.where(othc, Pc * lv, 0.0).sum(-1)
+                k = (total <= 1.0).sum(-1) * 1.0
+                a, b = a + (b - a) * (k / kary), xp.minimum(a + (b - a) * ((k + 1) / kary), b)
+            level = a
         if has_z is not None:
+            held = mT
             mT = xp.where(rows(has_z, e), xp.minimum(mT, PT_ * dfinv(f_inf - theta * rows(z_gap, e))), mT)
         s = df(mT / PT1_)
+        if kinked:
+            s = level if has_z is None else xp.where(mT == held, level, s)
         P_ = rows(P, e)
         mm = xp.where(rows(top, e), P_ * (mT / PT1_)[..., None],
                       xp.where(rows(others, e), P_ * dfinv(s[..., None] - theta[..., None] * rows(gap, e)), 0.0))

@@ -485,12 +485,19 @@ class Divergence:
             term = p * self.f(ratio)
             huge = np.isinf(ratio) & (pi > 0)
             if huge.any():
-                # π/p beyond DBL_MAX (a denormal p_i): a built-in's perspective p f̃(π/p) + c(π − p) is
-                # finite and exact; otherwise the term is f∞·π up to O(p_i), the definition's limit at p_i = 0.
+                # π/p beyond DBL_MAX (a denormal p_i): a built-in's perspective p f̃(π/p) + c(π − p) and a
+                # sympy generator's p f(π/p) are finite and exact; otherwise the term is f∞·π up to O(p_i),
+                # the definition's limit at p_i = 0.
                 if self.builtin is not None:
                     ps = np.where(pos, p, 1.0)
                     exact = _numpy(self.builtin.perspective, pi, ps) + self.tilt * (pi - ps)
                     term = np.where(huge, exact, term)
+                elif self._info is not None:  # a sympy generator: the term itself, in 30-digit arithmetic
+                    from .symbolic import exact_perspective
+
+                    x = np.broadcast_to(pi, huge.shape)[huge]
+                    exact = exact_perspective(self._info, x, np.broadcast_to(p, huge.shape)[huge])
+                    term[huge] = np.where(np.isnan(exact), self.f_inf * x, exact)
                 elif np.isfinite(self.f_inf):
                     term = np.where(huge, self.f_inf * pi, term)
             inner = np.where(pos, term, 0.0)

@@ -7,6 +7,11 @@ subexpressions free of ``t`` are evaluated here, by Python, as they are at run t
 for ``x**2``, ``x**0.5`` and ``x**-1`` (a square, a square root, a reciprocal) are kept. The core then
 computes :math:`\tilde f` as :meth:`SymbolicInfo.f_tilde` does, with its limits at 0 and ∞ and its
 Taylor series at 1, and solves a custom divergence on every thread with no call back into Python.
+Where the printed form overflows on the way at a point of :math:`(0, \infty)` (``cosh(t - 1)`` past
+:math:`t \approx 711` inside ``log(cosh(t - 1))``), the core evaluates that point again in extended
+range (a double mantissa and an exponent that does not overflow), so that :math:`\tilde f` is ∞ only
+where it passes DBL_MAX itself; the same evaluation gives the term :math:`p_i \tilde f(\pi_i/p_i)` of a
+ratio past DBL_MAX (a subnormal :math:`p_i`).
 
 What compiles: arithmetic, powers, ``exp``, ``log`` (and ``log1p``, ``expm1``, ``log2``, ``log10``),
 ``sqrt``, ``Abs``, ``sign``, ``Max``, ``Min``, trigonometric and hyperbolic functions and their
@@ -51,10 +56,10 @@ def source(info) -> tuple[str, str, dict]:
     (what ``info.f`` runs), the name it gives t, and the names the code refers to."""
     import sympy as sp
 
-    from .symbolic import _NP_FUNCS, _NP_MAX, _NP_MIN
+    from ._printing import NP_FUNCS, NP_MAX, NP_MIN
 
-    expr = sp.sympify(info.expr).replace(sp.Max, _NP_MAX).replace(sp.Min, _NP_MIN)
-    fn = sp.lambdify(info.t, expr, modules=[_NP_FUNCS, "numpy"])
+    expr = sp.sympify(info.expr).replace(sp.Max, NP_MAX).replace(sp.Min, NP_MIN)
+    fn = sp.lambdify(info.t, expr, modules=[NP_FUNCS, "numpy"])
     body = ast.parse(inspect.getsource(fn)).body[0]
     if not (isinstance(body, ast.FunctionDef) and len(body.body) == 1 and isinstance(body.body[0], ast.Return)):
         raise _Untranslatable("the printed code is not a single expression")
@@ -170,7 +175,7 @@ def _is_select(node) -> bool:
 
 def compile_info(info):
     """The core's program for a :class:`~mentored.divergences.symbolic.SymbolicInfo`, or None if its code does not translate."""
-    from .symbolic import SERIES_RADIUS
+    from ._printing import SERIES_RADIUS
 
     try:
         code, name, namespace = source(info)

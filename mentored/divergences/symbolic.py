@@ -28,9 +28,15 @@ subgradient :math:`c \in \partial f(1)` (the tilt of the core, generators.hpp), 
     \operatorname{dom} f^* = (-\infty, f_\infty) \text{ or } (-\infty, f_\infty],
 
 symbolically where sympy solves the stationarity equation :math:`f'(t) = y` (else by bisection on
-:math:`f'`), the inverse derivative :math:`(f')^{-1}`, and the swapped generator :math:`t f(1/t)`
-(:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`). Each is compiled to a vectorised numpy callable; where
-:math:`f` is not differentiable, :math:`f'` returns a subgradient.
+:math:`f'`), the inverse derivative :math:`(f')^{-1}` (for a generator with kinks, from the inverse on
+each smooth piece), whether :math:`f` is linear on some interval (:math:`(f')^{-1}` then not a
+function), and the swapped generator :math:`t f(1/t)` (:math:`D_{f^\diamond}(\pi\|p) = D_f(p\|\pi)`).
+Each is compiled to a vectorised numpy callable; where :math:`f` is not differentiable, :math:`f'`
+returns a subgradient. Where the printed form of :math:`f` or :math:`f'` overflows on the way at a
+point of :math:`(0, \infty)` (``log(cosh(t - 1))`` forms :math:`\cosh 719` at :math:`t = 720`), that
+point is evaluated again: :math:`\tilde f` by the compiled program in extended range
+(:mod:`mentored.divergences.program`), the rest in 30-digit arithmetic, so that a finite :math:`f`
+never reads as infinite.
 
 Float literals are read as the decimals they print as (``0.5`` as 1/2, ``1e-12`` as 1/10¹²), so that
 ``0.5*Abs(t - 1)`` is decided exactly as ``Abs(t - 1)/2`` is; :attr:`SymbolicInfo.expr` holds that form.
@@ -72,9 +78,10 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 
+from ._printing import NP_FUNCS, NP_MAX, NP_MIN, SERIES_RADIUS
 from ._warnings import NumericCheckWarning
 
-__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "SERIES_RADIUS", "analyse"]
+__all__ = ["NumericCheckWarning", "SymbolicInfo", "SymbolicTimeoutError", "DEFAULT_TIMEOUT", "SERIES_RADIUS", "analyse", "exact_perspective"]
 
 DEFAULT_TIMEOUT = 5.0  # seconds: Divergence.from_sympy returns or refuses within this (see the module docstring)
 
@@ -85,7 +92,6 @@ class SymbolicTimeoutError(ValueError):
 
 Y = sp.Symbol("y", real=True)
 
-SERIES_RADIUS = 1e-3  # |t − 1| below which the tilted f is summed from its Taylor series
 _SERIES_ORDER = 8
 
 
@@ -121,7 +127,16 @@ class SymbolicInfo:
     conjugate_domain : (float, float, bool)
         ``(lo, hi, hi_included)``: :math:`\operatorname{dom} f^*`; ``lo`` is always ``-inf``.
     fprime_inv_expr : sympy or None
-        :math:`(f')^{-1}(y)` on :math:`(f'(0^+), f_\infty)`, or None.
+        :math:`(f')^{-1}(y)` on :math:`(f'(0^+), f_\infty)`, or None. For a generator with kinks, a
+        ``Piecewise`` of the inverses on its smooth pieces, and the kink :math:`b` itself for
+        :math:`y \in [f'(b^-), f'(b^+)]`.
+    linear_on : (float, float) or None
+        An interval on which :math:`f` is linear (:math:`f'` constant, :math:`(f')^{-1}` not a
+        function), or None: :math:`f'` is strictly increasing on :math:`(0, \infty)`, which a draft
+        tree's weighted verifier needs (``objective="length"``).
+    kinks : tuple of float, or None
+        The points where :math:`f'` jumps (:math:`f'(b^-) < f'(b^+)`); None where f could not be split
+        into smooth pieces (there may be some).
     """
 
     expr: sp.Expr
@@ -139,6 +154,8 @@ class SymbolicInfo:
     conjugate_domain: tuple
     conjugate_at_end: float  # f*(f∞), inf when f∞ is not in the domain
     fprime_inv_expr: sp.Expr | None
+    linear_on: tuple | None
+    kinks: tuple | None
     f: Callable = field(repr=False)
     fprime: Callable = field(repr=False)
     fsecond: Callable = field(repr=False)
@@ -161,11 +178,7 @@ class SymbolicInfo:
 # Numeric helpers
 
 
-_NP_MAX, _NP_MIN = sp.Function("mentored_max"), sp.Function("mentored_min")
-_NP_FUNCS = {
-    "mentored_max": lambda *a: np.maximum.reduce(np.broadcast_arrays(*a)),
-    "mentored_min": lambda *a: np.minimum.reduce(np.broadcast_arrays(*a)),
-}
+_NP_MAX, _NP_MIN, _NP_FUNCS = NP_MAX, NP_MIN, NP_FUNCS
 
 
 def _lambdify(expr, sym):
@@ -181,6 +194,104 @@ def _lambdify(expr, sym):
             if np.iscomplexobj(out):  # a branch of a root: real only where the imaginary part vanishes
                 out = np.where(out.imag == 0, out.real, np.nan)
         return np.broadcast_to(np.asarray(out, dtype=np.float64), x.shape).copy()
+
+    return call
+
+
+def _repaired(fn, exact):
+    """``fn`` with its non-finite values at points of (0, ∞) replaced by ``exact`` there: where the
+    printed form of a function that is finite on (0, ∞) overflows on the way (cosh(t − 1) inside
+    log(cosh(t − 1)) past t = 711)."""
+
+    def call(x):
+        x = np.asarray(x, dtype=np.float64)
+        out = fn(x)
+        bad = ~np.isfinite(out) & (x > 0) & np.isfinite(x)
+        if np.any(bad):
+            out[bad] = exact(x[bad])
+        return out
+
+    return call
+
+
+def _exact(expr, sym):
+    """``expr`` at a few points in 30-digit arithmetic (mpmath, whose exponents do not overflow),
+    rounded to doubles: ±inf past DBL_MAX, NaN where it is not a real number."""
+    import mpmath
+
+    compiled = []  # printed on first use: most generators never overflow
+
+    def one(x):
+        if not compiled:
+            try:
+                compiled.append(sp.lambdify(sym, expr, modules="mpmath"))
+            except Exception:  # nothing mpmath prints: sympy's own evaluation, slower
+                compiled.append(None)
+        fn = compiled[0]
+        if fn is not None:
+            try:
+                v = fn(mpmath.mpf(float(x)))
+                if isinstance(v, mpmath.mpc):
+                    if abs(v.imag) > 1e-25 * (1 + abs(v.real)):
+                        return np.nan
+                    v = v.real
+                return float(v)
+            except Exception:  # e.g. a function mpmath lacks: sympy's evaluation below
+                pass
+        try:
+            v = sp.N(expr.subs(sym, sp.Rational(float(x))), 30)
+            if v.has(sp.zoo, sp.nan) or not v.is_number:
+                return np.nan
+            re, im = v.as_real_imag()
+            return float(re) if im == 0 or abs(im) <= 1e-25 * (1 + abs(re)) else np.nan
+        except (TypeError, ValueError, ArithmeticError):
+            return np.nan
+
+    def call(xs):
+        with mpmath.workdps(30):
+            return np.array([one(x) for x in np.ravel(xs)], dtype=np.float64).reshape(np.shape(xs))
+
+    return call
+
+
+def exact_perspective(info, x, y) -> np.ndarray:
+    """y·f(x/y) for y > 0 in 30-digit arithmetic, elementwise: the term of D_f where x/y passes
+    DBL_MAX (a subnormal p_i), finite whenever the term is."""
+    import mpmath
+
+    fn = sp.lambdify(info.t, info.expr, modules="mpmath")
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    out = np.empty(x.shape)
+    with mpmath.workdps(30):
+        for i in np.ndindex(x.shape):
+            try:
+                v = mpmath.mpf(float(y[i])) * fn(mpmath.mpf(float(x[i])) / mpmath.mpf(float(y[i])))
+                out[i] = float(v.real if isinstance(v, mpmath.mpc) else v)
+            except Exception:  # a form mpmath cannot evaluate: the caller's bound stands
+                out[i] = np.nan
+    return out
+
+
+def _exact_tilde(facts):
+    """f̃(t) = f(t) − c(t − 1) at points of (0, ∞) where the printed form overflows: the compiled
+    program's evaluation in extended range (cpp/mentored/program.hpp), and 30-digit arithmetic where
+    there is no program or it gives no number."""
+    f, t, tilt = facts["expr"], facts["t"], facts["tilt"]
+    slow = _exact(f - sp.Rational(tilt) * (t - 1), t)
+    program = []
+
+    def call(x):
+        if not program:
+            from types import SimpleNamespace
+
+            from .program import compile_info
+
+            program.append(compile_info(SimpleNamespace(**{k: facts[k] for k in ("expr", "t", "f0", "f_at_inf", "tilt", "f_inf", "series")})))
+        out = program[0].f_tilde(np.ascontiguousarray(x)) if program[0] is not None else np.full(np.shape(x), np.nan)
+        left = np.isnan(out)
+        if np.any(left):
+            out[left] = slow(x[left])
+        return out
 
     return call
 
@@ -825,12 +936,96 @@ def _analyse(f, t, conjugate_expr, progress) -> dict:
         if conj_expr is None and pieces is not None and len(pieces) == 1:
             # (A generator with kinks has no closed-form attempt: conjugate_method says "numeric".)
             progress.notes.append("f* and (f')^-1 are computed by bisection on f' (sympy did not solve f'(t) = y)")
+    progress.stage = "looking for kinks where f' jumps"
+    kinks = None if pieces is None else _try(_jumps, pieces, t)
+    progress.stage = "looking for a piece on which f is linear"
+    linear_on = _linear_piece(pieces, t) if pieces is not None else _try(_linear_run, f2_ae, t, grid, _off_kinks(fp), progress)
+    if inverse is None and conjugate_expr is None and pieces is not None and len(pieces) > 1 and linear_on is None:
+        progress.stage = "solving f'(t) = y on each smooth piece"
+        inverse = _try(_piecewise_inverse, pieces, t)
     progress.stage = "compiling"
     return dict(
         expr=f, t=t, fprime_expr=fp, fsecond_expr=f2, f0=f0, f_inf=f_inf, f_at_inf=f_at_inf, fprime0=fprime0,
         f2_at_1=f2_at_1, tilt=tilt, convexity_check=check, conjugate_expr=conj_expr, conjugate_at_end=end,
-        fprime_inv_expr=inverse, series=series,
+        fprime_inv_expr=inverse, series=series, linear_on=linear_on, kinks=kinks,
     )
+
+
+def _jumps(pieces, t):
+    """The points b between pieces where f'(b⁻) < f'(b⁺)."""
+    out = []
+    for (e1, _, b), (e2, _, _) in zip(pieces, pieces[1:]):
+        d1, d2 = _side(sp.diff(e1, t), t, b, "-"), _side(sp.diff(e2, t), t, b, "+")
+        if sp.simplify(d2 - d1) != 0:
+            out.append(float(b))
+    return tuple(out)
+
+
+def _linear_piece(pieces, t):
+    """(lo, hi) of the first smooth piece on which f'' ≡ 0 (f' constant there), or None: f' is then
+    strictly increasing on (0, ∞), since f'' of an analytic piece vanishes only at isolated points."""
+    for e, lo, hi in pieces:
+        d2 = sp.diff(e, t, 2)
+        if d2 == 0 or _try(lambda: sp.simplify(d2) == 0):
+            return float(lo), float(hi)
+    return None
+
+
+def _linear_run(f2, t, grid, fp, progress):
+    """As :func:`_linear_piece` where f was not split into pieces: a run of grid points over which f'
+    does not change in floating point and f'' is 0 in 30-digit arithmetic at its middle (f' of
+    tanh(t − 1) stops changing in floating point past t ≈ 20, but f'' > 0 there)."""
+    with np.errstate(all="ignore"):
+        d = _lambdify(fp, t)(grid)
+    same = np.flatnonzero(np.isfinite(d[:-1]) & (d[1:] == d[:-1]))
+    if not same.size:
+        return None
+    runs = np.split(same, np.flatnonzero(np.diff(same) > 1) + 1)
+    for r in sorted(runs, key=len, reverse=True)[:8]:
+        lo, hi = float(grid[r[0]]), float(grid[r[-1] + 1])
+        mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+        progress.stage = f"checking whether f is linear near t = {mid:.6g}"
+        v = _try(_hp, f2, t, mid)
+        if v is not None and v == 0:
+            return lo, hi
+    return None
+
+
+def _piecewise_inverse(pieces, t):
+    r"""(f')⁻¹ of a generator with kinks, as a Piecewise in :data:`Y` on :math:`(f'(0^+), f_\infty)`: on each
+    smooth piece (b, b') the root of e'(t) = y that inverts e' at points of the piece, for y in
+    (e'(b⁺), e'(b'⁻)); at a kink b, b itself for y in [f'(b⁻), f'(b⁺)]. None where a piece has no such root."""
+    branches = []
+    for k, (e, lo, hi) in enumerate(pieces):
+        de = sp.diff(e, t)
+        inv = _piece_inverse(de, t, lo, hi)
+        if inv is None:
+            return None
+        if k == len(pieces) - 1:
+            branches.append((inv, True))
+            break
+        branches.append((inv, Y < _side(de, t, hi, "-")))
+        branches.append((hi, Y <= _side(sp.diff(pieces[k + 1][0], t), t, hi, "+")))
+    return sp.Piecewise(*branches)
+
+
+def _piece_inverse(de, t, lo, hi):
+    """The root s(y) of e'(t) = y that gives back t at three points of (lo, hi), or None."""
+    a = float(lo)
+    xs = [a + 0.5, a + 2.0, a + 10.0] if hi == sp.oo else [a + (float(hi) - a) * w for w in (0.2, 0.5, 0.8)]
+    fd = _lambdify(de, t)
+    ys = [float(fd(np.array(x))) for x in xs]
+    if not all(np.isfinite(ys)) or len(set(ys)) < 3:
+        return None
+    sols = sp.solve(sp.Eq(de, Y), t, simplify=False, check=False)
+    for s in sols:
+        try:
+            inv = _lambdify(s, Y)
+            if all(abs(float(inv(np.array(y))) - x) <= 1e-9 * (1 + x) for x, y in zip(xs, ys)):
+                return s
+        except Exception:  # a root numpy cannot evaluate: the next one
+            continue
+    return None
 
 
 def _compile(facts) -> SymbolicInfo:
@@ -841,17 +1036,21 @@ def _compile(facts) -> SymbolicInfo:
     conj_expr, inverse = facts["conjugate_expr"], facts["fprime_inv_expr"]
     try:
         f_raw = _lambdify(f, t)
-        fprime_num = _endpoints(_lambdify(_off_kinks(fp), t), fprime0, f_inf)
+        fp_ae = _off_kinks(fp)
+        fprime_num = _endpoints(_repaired(_lambdify(fp_ae, t), _exact(fp_ae, t)), fprime0, f_inf)
         fsecond_num = _lambdify(_off_kinks(f2), t)
     except Exception as exc:
         raise ValueError(f"f = {f} or its derivatives cannot be evaluated numerically: {exc}") from None
-    f_num = _endpoints(f_raw, f0, f_at_inf)
+    f_plain = _endpoints(f_raw, f0, f_at_inf)
+    f_num = _endpoints(_repaired(f_raw, _exact(f, t)), f0, f_at_inf)
+    tilde_exact = _exact_tilde(facts)
 
-    def f_tilde(x, _f=f_num, _c=tilt, _series=series, _finf=f_inf):
+    def f_tilde(x, _f=f_plain, _c=tilt, _series=series, _finf=f_inf):
         x = np.asarray(x, dtype=np.float64)
         with np.errstate(all="ignore"):
             out = _f(x) - _c * (x - 1.0)
             out = np.where(np.isinf(x), np.inf if _finf - _c > 0 else _f(x), out)
+            near = np.zeros(x.shape, dtype=bool)
             if _series:
                 h = x - 1.0
                 near = np.abs(h) < SERIES_RADIUS
@@ -860,6 +1059,10 @@ def _compile(facts) -> SymbolicInfo:
                     for a in reversed(_series):
                         acc = (acc + a) * h
                     out = np.where(near, acc * h, out)
+            # Where the printed form overflows on the way (f is finite on (0, ∞)): evaluated again.
+            bad = ~np.isfinite(out) & (x > 0) & np.isfinite(x) & ~near
+            if np.any(bad):
+                out[bad] = tilde_exact(x[bad])
         return np.maximum(out, 0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
 
     def fprime_tilde(x):
@@ -894,7 +1097,7 @@ def _compile(facts) -> SymbolicInfo:
     return SymbolicInfo(
         expr=f, t=t, fprime_expr=fp, fsecond_expr=f2, f0=f0, f_inf=f_inf, f_at_inf=f_at_inf, fprime0=fprime0,
         f2_at_1=facts["f2_at_1"], tilt=tilt, convexity_check=facts["convexity_check"], conjugate_expr=conj_expr,
-        conjugate_domain=domain, conjugate_at_end=end, fprime_inv_expr=inverse, f=f_num, fprime=fprime_num,
+        conjugate_domain=domain, conjugate_at_end=end, fprime_inv_expr=inverse, linear_on=facts["linear_on"], kinks=facts["kinks"], f=f_num, fprime=fprime_num,
         fsecond=fsecond_num, f_tilde=f_tilde, conjugate_tilde=conjugate_tilde, fprime_inv=fprime_inv, series=series,
     )
 
