@@ -277,6 +277,19 @@ carray<std::int64_t> ids_arg(const py::object& ids, const char* name) {
   if (!a) throw py::type_error(std::string(name) + " must be an array of integers");
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u') throw py::type_error(std::string(name) + " must hold integer token ids");
+  if (kind == 'u' && a.itemsize() == 8) {  // no safe cast to int64 (ensure would fail): read by value
+    const auto u = py::array_t<std::uint64_t, py::array::c_style>::ensure(a);
+    carray<std::int64_t> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+    const std::uint64_t* x = u.data();
+    std::int64_t* o = out.mutable_data();
+    for (py::ssize_t i = 0; i < u.size(); ++i) {
+      if (x[i] > static_cast<std::uint64_t>(INT64_MAX))
+        throw std::invalid_argument(std::string(name) + ": id " + std::to_string(x[i]) + " (dtype uint64) at index " + std::to_string(i) +
+                                    " is outside any vocabulary [0, V)");
+      o[i] = static_cast<std::int64_t>(x[i]);
+    }
+    return out;
+  }
   return carray<std::int64_t>::ensure(a);
 }
 

@@ -580,3 +580,44 @@ def test_settings_are_refused_with_their_reason(custom_divergence):
     by_hand = mentored.Divergence("by_hand", f=lambda t: (t - 1) ** 2, fprime=lambda t: 2 * (t - 1), f_inf=np.inf, f0=1.0)
     with pytest.raises(ValueError, match="built from callables"):
         tree_sample(**a, divergence=by_hand, budget=0.1)
+
+
+def test_generators_and_uniforms_together_are_refused():
+    """tree_sample draws from generators or takes uniforms as given: both at once is refused, naming
+    both, not decided by one of them silently."""
+    a = _good()
+    with pytest.raises(ValueError, match="both generators and uniforms: pass one of them"):
+        tree_sample(**a, generators={0: np.random.default_rng(0)}, uniforms=np.zeros((6, 2)))
+
+
+def test_unsigned_ids_are_read_by_their_value():
+    """Unsigned ids in [0, V) are ids like any other: tree_sample's tokens and num_nodes, and
+    rejection_sample's draft and bonus ids, as uint64, uint32 and uint8 give the int64 answer; an
+    id past int64 (uint64 from 2⁶³) is refused by its value, as are unsigned parents (the root's −1
+    has no unsigned form)."""
+    a = _good()
+    u = np.random.default_rng(0).random((6, 2))
+    want = tree_sample(**a, budget=0.2, uniforms=u)
+    for dt in (np.uint64, np.uint32, np.uint8):
+        got = tree_sample(**{**a, "tokens": a["tokens"].astype(dt), "num_nodes": np.array(a["num_nodes"], dtype=dt)}, budget=0.2,
+                          uniforms=u)
+        assert_array_equal(got[0], want[0])
+        assert_array_equal(got[1], want[1])
+    big = a["tokens"].astype(np.uint64)
+    big[3] = 2**63 + 5
+    with pytest.raises(ValueError, match=r"tokens: id 9223372036854775813 at request 0, node 3 is outside \[0, V\) = \[0, 5\)"):
+        tree_sample(**{**a, "tokens": big})
+    with pytest.raises(ValueError, match=r"parents: parent 18446744073709551615 at request 0, node 0 .*uint64"):
+        tree_sample(**{**a, "parents": a["parents"].astype(np.uint64)})
+    p = np.full((3, 5), 0.2)
+    draft, bonus = np.array([1, 4, 2]), np.array([[3], [0]])
+    kw = dict(divergence="kl", budget=0.2, uniforms=u[:3])
+    want = rejection_sample(draft, [2, 1], None, p, bonus, **kw)
+    for dt in (np.uint64, np.uint32, np.uint8):
+        assert_array_equal(rejection_sample(draft.astype(dt), np.array([2, 1], dtype=dt), None, p, bonus.astype(dt), **kw), want)
+    big = draft.astype(np.uint64)
+    big[1] = 2**63 + 5
+    with pytest.raises(ValueError, match=r"draft_token_ids: id 9223372036854775813 \(dtype uint64\)"):
+        rejection_sample(big, [2, 1], None, p, bonus, **kw)
+    with pytest.raises(ValueError, match=r"bonus_token_ids: id 18446744073709551615 \(dtype uint64\)"):
+        rejection_sample(draft, [2, 1], None, p, np.array([[3], [2**64 - 1]], dtype=np.uint64), **kw)

@@ -37,11 +37,24 @@ PLACEHOLDER_TOKEN_ID = -1
 
 def _host_array(name, x, kinds, what):
     """``x`` (a list, an array or a tensor) as a numpy array whose dtype is of ``kinds``: a count given
-    as 1.5 or a flag given as 2 is refused, not truncated or taken as true."""
-    a = np.asarray(x.tolist() if hasattr(x, "tolist") else x)
+    as 1.5 or a flag given as 2 is refused, not truncated or taken as true. A numpy array keeps its
+    dtype (uint64 among them: through a list, ids past 2⁶³ would come back as float64)."""
+    a = x if isinstance(x, np.ndarray) else np.asarray(x.tolist() if hasattr(x, "tolist") else x)
     if a.size and a.dtype.kind not in kinds:
         raise TypeError(f"{name} must hold {what}, got dtype {a.dtype}")
     return a
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _int64(name, a, where, what="value"):
+    """An integer array as int64; an unsigned entry past int64 (which the cast would wrap negative) is
+    refused by its value, ``where(i)`` naming its place."""
+    if a.dtype.kind == "u" and a.size and int(a.max()) > _INT64_MAX:
+        i = int(np.argmax(a > _INT64_MAX))
+        raise ValueError(f"{name}: {what} {int(a[i])} at {where(i)} is past int64's range (dtype {a.dtype})")
+    return a.astype(np.int64, copy=False)
 
 
 def _greedy_flags(is_greedy, B: int):
@@ -68,7 +81,8 @@ class _Plan:
             if len(n) != B:
                 raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape ({len(n)},)")
         else:
-            n = _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers").astype(np.int64, copy=False)
+            n = _int64("num_draft_tokens", _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers"), lambda b: f"request {b}",
+                       "count")
             if n.ndim != 1 or n.shape[0] != B:
                 raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape {n.shape}")
             lo, total, K = (int(n.min()), int(n.sum()), int(n.max())) if B else (0, 0, 0)
@@ -431,7 +445,7 @@ class _TreePlan:
         if objective not in _OBJECTIVES:
             raise ValueError(f"objective must be 'length' or 'acceptance', got {objective!r}")
         self.objective, self.length = objective, objective == "length"
-        n = _host_array("num_nodes", num_nodes, "iu", "integers").astype(np.int64, copy=False)
+        n = _int64("num_nodes", _host_array("num_nodes", num_nodes, "iu", "integers"), lambda b: f"request {b}", "count")
         if n.ndim != 1:
             raise ValueError(f"num_nodes must hold one count per request, got shape {n.shape}")
         B = n.shape[0]
@@ -444,9 +458,10 @@ class _TreePlan:
         self.starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if B else n
         self.req = np.repeat(np.arange(B, dtype=np.int64), n)
         self.local = np.arange(N, dtype=np.int64) - self.starts[self.req]
-        par = _host_array("parents", parents, "iu", "integers").astype(np.int64, copy=False)
+        par = _host_array("parents", parents, "iu", "integers")
         if par.shape != (N,):
             raise ValueError(f"parents must have one entry per node, shape ({N},), got {par.shape}")
+        par = _int64("parents", par, self.where, "parent")
         root = self.local == 0
         for bad, what in ((root & (par != -1), "the root (node 0) must have parent -1"),
                           (~root & (par == -1), "a second root (parent -1): only node 0 of a request is its root"),
@@ -507,14 +522,15 @@ class _TreePlan:
         return [(d, np.flatnonzero(w == i)) for i, d in enumerate(self.divs) if np.any(w == i)]
 
     def check_tokens(self, tokens: np.ndarray, V: int) -> np.ndarray:
-        """Token ids on the host: integers in [0, V), distinct among siblings."""
-        t = _host_array("tokens", tokens, "iu", "integers").astype(np.int64, copy=False)
+        """Token ids on the host: integers in [0, V), distinct among siblings; int64."""
+        t = _host_array("tokens", tokens, "iu", "integers")
         if t.shape != (self.N,):
             raise ValueError(f"tokens must be flat, one id per node, shape ({self.N},), got {t.shape}")
-        out = (t < 0) | (t >= V)
+        out = (t < 0) | (t >= V)  # before the cast: an unsigned id past int64 is named by its value
         if out.any():
             i = int(np.flatnonzero(out)[0])
             raise ValueError(f"tokens: id {int(t[i])} at {self.where(i)} is outside [0, V) = [0, {V})")
+        t = t.astype(np.int64, copy=False)
         child = np.flatnonzero(self.gp >= 0)
         key = self.gp[child] * V + t[child]
         order = np.argsort(key, kind="stable")
@@ -545,6 +561,9 @@ def _check_weighted(div) -> None:
 def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms, zeros, threads,
           validate, normalize):
     check_zeros(zeros)
+    if generators is not None and uniforms is not None:
+        raise ValueError("tree_sample was given both generators and uniforms: pass one of them (uniforms: the (N, 2) draws, used "
+                         "as given; generators: a stream per seeded request)")
     N = len(tokens)
     plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
     _check_generators(generators, plan.B)
