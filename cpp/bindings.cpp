@@ -534,6 +534,25 @@ py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::obj
   return py::make_tuple(out, last, accept, value, bad, static_cast<int>(error.status), error.position, stats);
 }
 
+// The host layout of a batch of trees (tree.hpp, tree_layout) from global parents gp [N] (−1 at
+// roots, else gp[i] < i): (depth, height, first [N + 1], kids, by_height, level), int64 arrays.
+py::tuple tree_layout_of(carray<std::int64_t> gp) {
+  if (gp.ndim() != 1) throw std::invalid_argument("parents must be one-dimensional");
+  TreeLayout L;
+  bool ok;
+  {
+    py::gil_scoped_release release;
+    ok = tree_layout(gp.data(), static_cast<std::size_t>(gp.size()), L);
+  }
+  if (!ok) throw std::invalid_argument("parents must be -1 or an earlier node");
+  const auto arr = [](const std::vector<std::int64_t>& v) {
+    carray<std::int64_t> a(static_cast<py::ssize_t>(v.size()));
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+  };
+  return py::make_tuple(arr(L.depth), arr(L.height), arr(L.first), arr(L.kids), arr(L.by_height), arr(L.level));
+}
+
 // The class masses of a tree node's verifier (tree.hpp, node_masses), row by row: P, w [R, n]
 // (column 0 the complement), budgets [R], a built-in's code. For the tests.
 carray<double> tree_node_masses(carray<double> P, carray<double> w, carray<double> eps, int code, bool keep) {
@@ -814,6 +833,7 @@ PYBIND11_MODULE(_core, m) {
   };
   def_tree(&tree<double>);
   def_tree(&tree<float>);
+  m.def("tree_layout", &tree_layout_of, py::arg("parents"));
   m.def("tree_node_masses", &tree_node_masses, py::arg("P"), py::arg("w"), py::arg("budgets"), py::arg("code"), py::arg("keep"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);

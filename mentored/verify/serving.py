@@ -439,7 +439,10 @@ class _TreePlan:
     children, the nodes by height (bottom-up), and each request's divergence, budget and greedy flag.
 
     ``parents`` are local to each request: −1 at its node 0 (the root), ``0 <= parents[i] < i``
-    otherwise. Every refusal names the request and the node."""
+    otherwise. Every refusal names the request and the node. O(N) in the number of nodes, whatever
+    the trees' shapes: checks and indices vectorised; depths, heights and children (what the torch
+    path and user generators read) from one pass of the core (``_core.tree_layout``), on first use;
+    children padded to a matrix only a height at a time (:meth:`height_kids`)."""
 
     def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective):
         if objective not in _OBJECTIVES:
@@ -471,36 +474,7 @@ class _TreePlan:
                 i = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"parents: {what}; {self.where(i)} has parent {int(par[i])}")
         self.parents = np.ascontiguousarray(par)
-        self.gp = np.where(root, -1, self.starts[self.req] + par)
-        depth = np.zeros(N, dtype=np.int64)
-        gp = np.where(root, 0, self.gp)
-        for _ in range(N):  # a level more each time, until the deepest
-            deeper = np.where(root, 0, depth[gp] + 1)
-            if np.array_equal(deeper, depth):
-                break
-            depth = deeper
-        self.depth = depth
-        self.width = int(depth.max()) + 1 if N else 1
-        # children in node order, padded with -1: row i holds node i's children
-        child = np.flatnonzero(~root)
-        order = child[np.argsort(self.gp[child], kind="stable")]
-        cnt = np.bincount(self.gp[child], minlength=N) if N else np.zeros(0, dtype=np.int64)
-        K = int(cnt.max()) if N else 0
-        kids = np.full((N, K), -1, dtype=np.int64)
-        if order.size:
-            first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-            rank = np.arange(order.size) - first[self.gp[order]]
-            kids[self.gp[order], rank] = order
-        self.kids = kids
-        height = np.zeros(N, dtype=np.int64)
-        for level in range(self.width - 1, 0, -1):  # bottom-up: a node's height is 1 + its highest child's
-            at = np.flatnonzero(depth == level)
-            np.maximum.at(height, self.gp[at], height[at] + 1)
-        self.heights = []
-        for h in range(1, int(height.max()) + 1 if N else 1):
-            nodes = np.flatnonzero(height == h)
-            k = int(cnt[nodes].max())
-            self.heights.append((nodes, kids[nodes, :k]))
+        self.gp = np.ascontiguousarray(np.where(root, -1, self.starts[self.req] + par))
         self.greedy_or_none = _greedy_flags(is_greedy, B)
         self.greedy = self.greedy_or_none if self.greedy_or_none is not None else np.zeros(B, dtype=bool)
         self.greedy_node = self.greedy[self.req]
@@ -513,6 +487,59 @@ class _TreePlan:
 
     def where(self, i: int) -> str:
         return f"request {int(self.req[i])}, node {int(self.local[i])}"
+
+    # The layout the torch path and user generators read (the core computes its own): every node's
+    # depth, its children in node order (children[first[v]:first[v + 1]]) and the nodes by height
+    # (by_height[level[h]:level[h + 1]]), from one O(N) pass of the core.
+    @cached_property
+    def _layout(self):
+        depth, _, first, children, by_height, level = _core.tree_layout(self.gp)
+        return depth, first, children, by_height, level
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        return self._layout[0]
+
+    @cached_property
+    def width(self) -> int:
+        """The output's width: the deepest node's depth + 1."""
+        return int(self.depth.max()) + 1 if self.N else 1
+
+    @cached_property
+    def first(self) -> np.ndarray:
+        return self._layout[1]
+
+    @cached_property
+    def children(self) -> np.ndarray:
+        return self._layout[2]
+
+    @cached_property
+    def num_kids(self) -> np.ndarray:
+        return np.diff(self.first)
+
+    @cached_property
+    def K(self) -> int:
+        """The most children of a node."""
+        return int(self.num_kids.max()) if self.N else 0
+
+    @cached_property
+    def by_height(self) -> np.ndarray:
+        return self._layout[3]
+
+    @cached_property
+    def num_heights(self) -> int:
+        """The greatest height: heights 1 .. num_heights hold the nodes with children."""
+        return self._layout[4].size - 2
+
+    def height_kids(self, h: int):
+        """(nodes, kids): the global indices of the nodes of height ``h`` ≥ 1, and their children in
+        node order, padded with −1 to the most children among them."""
+        level = self._layout[4]
+        nodes = self.by_height[level[h] : level[h + 1]]
+        cnt = self.num_kids[nodes]
+        col = np.arange(int(cnt.max()))
+        at = np.minimum(self.first[nodes][:, None] + col, self.children.size - 1)
+        return nodes, np.where(col < cnt[:, None], self.children[at], -1)
 
     def groups_of(self, nodes: np.ndarray) -> list:
         """The divergences of ``nodes`` (global indices): [(Divergence, rows of nodes)]."""
