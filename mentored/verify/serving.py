@@ -626,7 +626,9 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     :math:`v` is :math:`p_v(S_v)` (the target-only rule SGLang's tree verification uses). Greedy
     requests accept the child that is :math:`\arg\max p_v` (first maximum) and emit the argmax.
     A chain (``parents[i] = i − 1``) is :func:`rejection_sample` with ``draft_probs=None``, decision
-    for decision, given the same uniforms and the leaf's bonus drawn from its row at ``u1``.
+    for decision, given the same uniforms and the leaf's bonus drawn from its row at ``u1`` (but
+    where :math:`f(0) = \infty` and :math:`p_v(x)/\sum p_v` rounds to 1 with mass left off
+    :math:`x`: the tree keeps that complement a few ulps, below).
 
     Parameters
     ----------
@@ -641,16 +643,34 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
         A seeded request draws the two uniforms of each of its nodes from its own generator.
     uniforms : (N, 2) in [0, 1), optional
         Row ``i``: ``u0`` walks node ``i``'s children, ``u1`` draws its token if the walk stops there.
+        Given with ``generators``: refused (pass one of them).
     validate : bool
         Tensors: check the ids, siblings and rows (host synchronisations); without it nothing is read
         back from the device. Host input is always checked (by the core, in its pass over the rows).
 
+    Ids (``tokens``, ``parents``, ``num_nodes``) may be of any integer dtype, unsigned included, and
+    are read by value: a uint64 id from 2⁶³ on is outside every vocabulary, and refused as such.
+
+    Where :math:`f(0) = \infty` (reverse_kl, neyman_chi2, user generators like
+    :math:`-\log t`), a complement of the children with no mass costs :math:`D = \infty`: wherever
+    :math:`p_v` puts mass off the children, their ``accept`` values sum to less than 1 by at least
+    the complement's solved mass (a few ulps where that is smaller), in any order of summation, so
+    that :math:`1 - \sum` is the complement's mass, :math:`D_f(\pi_v\|p_v) \le \varepsilon` as
+    read, and the walk reaches the complement.
+
     Returns
     -------
-    (tokens_out, last_accepted): int32 (B, max depth + 1), the accepted tokens, then the emitted one,
-    then −1; and the local index of the last accepted node of each request (0: the root, nothing
+    (tokens_out, last_accepted): int32 (B, W), the accepted tokens, then the emitted one, then −1;
+    and the local index of the last accepted node of each request (0: the root, nothing
     accepted), int64 (B,), whose path is what a KV cache keeps. numpy in, numpy out; tensors on
-    their device.
+    their device. W = the deepest node's depth + 1 over the whole batch (a request emits at most
+    its own depth + 1 tokens; the rest of its row is −1): the output is dense, 4·B·W bytes, so one
+    deep request widens every row (a 32,000-node chain among 255 small trees: 33 MB). Batch requests
+    of like depths, or verify a deep one alone, where that matters.
+
+    Cost: the host plan is O(N) (vectorised checks; depths, children and heights in one pass of
+    the core where the torch path or a user generator reads them); the core walks each request in
+    O(its nodes · V).
 
     Examples
     --------
