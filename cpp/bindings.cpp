@@ -277,6 +277,19 @@ carray<std::int64_t> ids_arg(const py::object& ids, const char* name) {
   if (!a) throw py::type_error(std::string(name) + " must be an array of integers");
   const char kind = a.dtype().kind();
   if (kind != 'i' && kind != 'u') throw py::type_error(std::string(name) + " must hold integer token ids");
+  if (kind == 'u' && a.itemsize() == 8) {  // no safe cast to int64 (ensure would fail): read by value
+    const auto u = py::array_t<std::uint64_t, py::array::c_style>::ensure(a);
+    carray<std::int64_t> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+    const std::uint64_t* x = u.data();
+    std::int64_t* o = out.mutable_data();
+    for (py::ssize_t i = 0; i < u.size(); ++i) {
+      if (x[i] > static_cast<std::uint64_t>(INT64_MAX))
+        throw std::invalid_argument(std::string(name) + ": id " + std::to_string(x[i]) + " (dtype uint64) at index " + std::to_string(i) +
+                                    " is outside any vocabulary [0, V)");
+      o[i] = static_cast<std::int64_t>(x[i]);
+    }
+    return out;
+  }
   return carray<std::int64_t>::ensure(a);
 }
 
@@ -519,6 +532,25 @@ py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::obj
   carray<double> stats(3);
   std::copy(error.stats, error.stats + 3, stats.mutable_data());
   return py::make_tuple(out, last, accept, value, bad, static_cast<int>(error.status), error.position, stats);
+}
+
+// The host layout of a batch of trees (tree.hpp, tree_layout) from global parents gp [N] (−1 at
+// roots, else gp[i] < i): (depth, height, first [N + 1], kids, by_height, level), int64 arrays.
+py::tuple tree_layout_of(carray<std::int64_t> gp) {
+  if (gp.ndim() != 1) throw std::invalid_argument("parents must be one-dimensional");
+  TreeLayout L;
+  bool ok;
+  {
+    py::gil_scoped_release release;
+    ok = tree_layout(gp.data(), static_cast<std::size_t>(gp.size()), L);
+  }
+  if (!ok) throw std::invalid_argument("parents must be -1 or an earlier node");
+  const auto arr = [](const std::vector<std::int64_t>& v) {
+    carray<std::int64_t> a(static_cast<py::ssize_t>(v.size()));
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+  };
+  return py::make_tuple(arr(L.depth), arr(L.height), arr(L.first), arr(L.kids), arr(L.by_height), arr(L.level));
 }
 
 // The class masses of a tree node's verifier (tree.hpp, node_masses), row by row: P, w [R, n]
@@ -801,6 +833,7 @@ PYBIND11_MODULE(_core, m) {
   };
   def_tree(&tree<double>);
   def_tree(&tree<float>);
+  m.def("tree_layout", &tree_layout_of, py::arg("parents"));
   m.def("tree_node_masses", &tree_node_masses, py::arg("P"), py::arg("w"), py::arg("budgets"), py::arg("code"), py::arg("keep"));
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);

@@ -20,6 +20,7 @@ from scipy import stats
 import mentored
 from mentored import _core
 from mentored.check.oracle import oracle_weighted
+from mentored.check.testing import llm_like_tree
 from mentored.verify.serving import onehot_acceptance, rejection_sample, tree_sample, tree_verifier
 
 T = sp.Symbol("t", positive=True)
@@ -324,6 +325,102 @@ def test_length_beats_acceptance_where_subtrees_differ():
     assert tight and abs(value[0] - A[0]) <= 1e-7
 
 
+# ---------------------------------------------------------------- f(0) = ∞: the complement keeps its mass
+
+
+def _breadth_first(widths):
+    """parents of the full tree with widths[d] children at each node of depth d, breadth first."""
+    parents, level = [-1], [0]
+    for w in widths:
+        nxt = []
+        for v in level:
+            for _ in range(w):
+                parents.append(v)
+                nxt.append(len(parents) - 1)
+        level = nxt
+    return np.array(parents)
+
+
+def _f0_infinite(custom_divergence):
+    """(divergence, objective) with f(0) = ∞: two built-ins, the user generator −log t below 1 and
+    (t − 1)² above (no (f')⁻¹ in closed form: the set verifier only), and (t − 1)² − log t (f∞ = ∞ too)."""
+    log_square = custom_divergence(sp.Piecewise((-sp.log(T), T < 1), ((T - 1) ** 2, True)), T, name="log_square")
+    log_plus_square = custom_divergence((T - 1) ** 2 - sp.log(T), T, name="log_plus_square")
+    both = ("length", "acceptance")
+    return [(d, o) for d in ("reverse_kl", "neyman_chi2", log_plus_square) for o in both] + [(log_square, "acceptance")]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_every_node_is_within_budget_where_f0_is_infinite(backend, custom_divergence, monkeypatch):
+    """Where f(0) = ∞ a complement left with no mass costs D = ∞, and where its mass is small a few
+    ulps of 1 are a large part of it: π_v as tree_verifier's accept values give it (each child its
+    accept, the complement 1 − Σ accept spread in proportion to p_v off the children) is within ε at
+    every node, D_f(π_v‖p_v) ≤ ε(1 + 1e-6) + 1e-12, and the complement keeps mass wherever p_v puts
+    some there: 30 LLM-like trees (89 nodes, 41 with children, V = 200) at budgets 0 to 10, each
+    divergence with f(0) = ∞ (built-in and user generators) and objective, the core and the torch
+    path (CPU tensors)."""
+    torch = pytest.importorskip("torch") if backend == "torch" else None
+    if backend == "torch":
+        monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
+    rng = np.random.default_rng(20260705)
+    parents = _breadth_first([4, 3, 2, 2])
+    n, R, V = parents.size, 30, 200
+    trees = [llm_like_tree(rng, parents, V) for _ in range(R)]
+    tokens, p = np.concatenate([t[0] for t in trees]), np.concatenate([t[1] for t in trees])
+    eps = np.array([0.0, 0.01, 0.1, 1.0, 10.0])[np.arange(R) % 5]
+    inner = [(v, np.flatnonzero(parents == v)) for v in range(n) if (parents == v).any()]
+    checked = 0
+    for div, objective in _f0_infinite(custom_divergence):
+        d = mentored.divergence(div)
+        args = (tokens, np.tile(parents, R), [n] * R, p) if torch is None else \
+            (torch.as_tensor(tokens), np.tile(parents, R), [n] * R, torch.as_tensor(p))
+        accept, _ = tree_verifier(*args, divergence=div, budget=eps, objective=objective)
+        accept = np.asarray(accept)
+        for r in range(R):
+            for v, kids in inner:
+                row, got, toks = p[r * n + v], accept[r * n + kids], tokens[r * n + kids]
+                rest = np.ones(V, dtype=bool)
+                rest[toks] = False
+                left = 1.0 - got.sum()
+                assert left > 0, (d.name, objective, r, v, got)  # p_v puts mass on the complement of every node here
+                pi = np.zeros(V)
+                pi[toks] = got
+                pi[rest] = row[rest] * (left / row[rest].sum())
+                D = d(pi, row)
+                assert D <= eps[r] * (1 + 1e-6) + 1e-12, (d.name, objective, eps[r], r, v, D, left)
+                checked += 1
+    assert checked == 7 * R * len(inner)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_the_walk_emits_the_complement_where_f0_is_infinite(backend, monkeypatch):
+    """The walk reaches the complement of a node's children with the probability 1 − Σ accept, so a
+    complement with mass must leave the children's accept values a sum below 1: under reverse_kl at a
+    budget past what any point needs (the optimum's complement is far below an ulp of 1) and where the
+    complement's target mass is 1e-18 (1 − Σ p over the children rounds to 0), at budget 0 too, the
+    root's three children sum below 1, and u0 = 1 − 2⁻⁵³ walks past them to a complement token the
+    target allows."""
+    torch = pytest.importorskip("torch") if backend == "torch" else None
+    if backend == "torch":
+        monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
+    tokens, parents = np.array([0, 0, 1, 2]), np.array([-1, 0, 0, 0])
+    u = np.zeros((4, 2))
+    u[0] = [np.nextafter(1.0, 0.0), 0.5]
+    spread = np.array([0.26, 0.23, 0.1, 0.19, 0.22, 0.0])  # the children hold 0.59
+    tiny = np.array([0.5, 0.3, 0.2, 1e-18, 0.0, 0.0])
+    for root, budgets in ((spread, (50.0, 1e3)), (tiny, (0.0, 0.5, 50.0))):
+        p = np.tile(root, (4, 1))
+        for eps in budgets:
+            for objective in ("length", "acceptance"):
+                kw = dict(divergence="reverse_kl", budget=eps, objective=objective)
+                args = (tokens, parents, [4], p) if torch is None else (torch.as_tensor(tokens), parents, [4], torch.as_tensor(p))
+                accept, _ = tree_verifier(*args, **kw)
+                assert np.asarray(accept)[1:].sum() < 1.0, (root, eps, objective)
+                out, last = tree_sample(*args, uniforms=u, **kw)
+                out = np.asarray(out)
+                assert int(np.asarray(last)[0]) == 0 and out[0, 0] in (3, 4), (root, eps, objective, out)
+
+
 # ---------------------------------------------------------------- the law of what is emitted
 
 
@@ -511,6 +608,78 @@ def test_the_device_path_reads_nothing_back(customs, rng, monkeypatch, host_read
     assert mode.reads
 
 
+# ---------------------------------------------------------------- the host plan's cost
+
+
+def _lines_run(fn) -> int:
+    """The Python lines of mentored's own modules that fn() runs (sys.settrace): the host work beyond
+    array operations and the core, which a loop over a tree's levels would multiply."""
+    import os
+    import sys
+
+    root = os.path.dirname(mentored.__file__)
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        count += event == "line"
+        return local
+
+    def calls(frame, event, arg):
+        return local if frame.f_code.co_filename.startswith(root) else None
+
+    old = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        fn()
+    finally:
+        sys.settrace(old)
+    return count
+
+
+def _chain(n, V=4):
+    """tree_sample's arguments for one request, a chain of n nodes."""
+    return np.arange(n) % V, np.arange(-1, n - 1), [n], np.full((n, V), 1.0 / V)
+
+
+def test_the_host_plan_is_linear_in_the_depth():
+    """tree_sample on host memory runs as many Python lines on a chain of 32,000 nodes as on one of
+    4,000: its plan is vectorised checks (and, where read, one O(N) pass of the core for depths,
+    children and heights), with no loop over the levels, each of whose steps would cost O(N)
+    (quadratic in the depth). The output is (B, deepest depth + 1), here the whole chain."""
+    lines = []
+    for n in (4_000, 32_000):
+        args = _chain(n)
+        lines.append(_lines_run(lambda: tree_sample(*args, budget=0.1, uniforms=np.zeros((n, 2)))))
+        out, last = tree_sample(*args, budget=0.0, uniforms=np.zeros((n, 2)))
+        assert out.shape == (1, n) and int(last[0]) == n - 1  # u0 = 0 < p(child): every node accepted
+    assert lines[0] == lines[1], lines
+
+
+def test_the_host_plan_holds_no_matrix_of_nodes_by_children(custom_divergence):
+    """A root with 4,000 children: the plan's arrays stay O(N) (a node-by-child matrix would be
+    4,000 × 3,999 int64s, 128 MB), measured by tracemalloc over tree_sample (the core) and
+    tree_verifier with a user generator (the host solves its nodes): under 4 MB."""
+    import tracemalloc
+
+    n, V = 4_001, 4_001
+    tokens, parents = np.concatenate([[0], np.arange(n - 1)]), np.concatenate([[-1], np.zeros(n - 1, dtype=np.int64)])
+    p = np.zeros((n, V))
+    p[0] = 1.0 / V
+    p[1:, 0] = 1.0
+    user = custom_divergence((T - 1) ** 2 - sp.log(T), T, name="log_plus_square")
+    for call in (lambda: tree_sample(tokens, parents, [n], p, budget=0.1, uniforms=np.zeros((n, 2))),
+                 lambda: tree_verifier(tokens, parents, [n], p, divergence=user, budget=0.1)):
+        call()  # compiled and cached what is cached
+        tracemalloc.start()
+        try:
+            call()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 << 20, peak
+
+
 # ---------------------------------------------------------------- refusals
 
 
@@ -580,3 +749,44 @@ def test_settings_are_refused_with_their_reason(custom_divergence):
     by_hand = mentored.Divergence("by_hand", f=lambda t: (t - 1) ** 2, fprime=lambda t: 2 * (t - 1), f_inf=np.inf, f0=1.0)
     with pytest.raises(ValueError, match="built from callables"):
         tree_sample(**a, divergence=by_hand, budget=0.1)
+
+
+def test_generators_and_uniforms_together_are_refused():
+    """tree_sample draws from generators or takes uniforms as given: both at once is refused, naming
+    both, not decided by one of them silently."""
+    a = _good()
+    with pytest.raises(ValueError, match="both generators and uniforms: pass one of them"):
+        tree_sample(**a, generators={0: np.random.default_rng(0)}, uniforms=np.zeros((6, 2)))
+
+
+def test_unsigned_ids_are_read_by_their_value():
+    """Unsigned ids in [0, V) are ids like any other: tree_sample's tokens and num_nodes, and
+    rejection_sample's draft and bonus ids, as uint64, uint32 and uint8 give the int64 answer; an
+    id past int64 (uint64 from 2⁶³) is refused by its value, as are unsigned parents (the root's −1
+    has no unsigned form)."""
+    a = _good()
+    u = np.random.default_rng(0).random((6, 2))
+    want = tree_sample(**a, budget=0.2, uniforms=u)
+    for dt in (np.uint64, np.uint32, np.uint8):
+        got = tree_sample(**{**a, "tokens": a["tokens"].astype(dt), "num_nodes": np.array(a["num_nodes"], dtype=dt)}, budget=0.2,
+                          uniforms=u)
+        assert_array_equal(got[0], want[0])
+        assert_array_equal(got[1], want[1])
+    big = a["tokens"].astype(np.uint64)
+    big[3] = 2**63 + 5
+    with pytest.raises(ValueError, match=r"tokens: id 9223372036854775813 at request 0, node 3 is outside \[0, V\) = \[0, 5\)"):
+        tree_sample(**{**a, "tokens": big})
+    with pytest.raises(ValueError, match=r"parents: parent 18446744073709551615 at request 0, node 0 .*uint64"):
+        tree_sample(**{**a, "parents": a["parents"].astype(np.uint64)})
+    p = np.full((3, 5), 0.2)
+    draft, bonus = np.array([1, 4, 2]), np.array([[3], [0]])
+    kw = dict(divergence="kl", budget=0.2, uniforms=u[:3])
+    want = rejection_sample(draft, [2, 1], None, p, bonus, **kw)
+    for dt in (np.uint64, np.uint32, np.uint8):
+        assert_array_equal(rejection_sample(draft.astype(dt), np.array([2, 1], dtype=dt), None, p, bonus.astype(dt), **kw), want)
+    big = draft.astype(np.uint64)
+    big[1] = 2**63 + 5
+    with pytest.raises(ValueError, match=r"draft_token_ids: id 9223372036854775813 \(dtype uint64\)"):
+        rejection_sample(big, [2, 1], None, p, bonus, **kw)
+    with pytest.raises(ValueError, match=r"bonus_token_ids: id 18446744073709551615 \(dtype uint64\)"):
+        rejection_sample(draft, [2, 1], None, p, np.array([[3], [2**64 - 1]], dtype=np.uint64), **kw)

@@ -48,6 +48,10 @@ namespace mentored {
 
 constexpr double kLog2ThetaRange = 1100.0;  // θ from 2⁻¹¹⁰⁰ = 0 (π = p) to 2¹¹⁰⁰ = ∞ (all on the top)
 constexpr int kRootSteps = 400;             // a bound on root_below's steps; it stops at the last bit
+// The complement's target mass is 1 − Σ_c P_c from this up (its absolute error, that of the row's
+// sum, is then a small relative one); below, it is summed over the complement, where 1 − Σ_c P_c
+// would have lost its digits (and rounds a complement below an ulp of 1 to 0).
+constexpr double kRestDirect = 0x1p-10;
 
 // The last x in [lo, hi] with F(x) ≤ 0, for F nondecreasing with fl = F(lo) ≤ 0 < fh = F(hi), to
 // the last bit: regula falsi with Illinois' halving of the end kept twice, and a halving of the
@@ -179,6 +183,51 @@ inline void kkt_masses(const BuiltinF& f, const double* P, const double* w, std:
   for (std::size_t j = 0; j < n; ++j) m[j] /= sum;
 }
 
+// The host layout of a batch of trees (mentored.verify.serving's plan), in O(N): from global
+// parents gp [N] (−1 at roots, else gp[i] < i), each node's depth and height (0 at a leaf, else
+// 1 + its highest child's), its children in node order (kids[first[v] .. first[v + 1])), and the
+// nodes by height, in node order within a height (by_height[level[h] .. level[h + 1]), h ≤ the
+// highest). Returns false (nothing written past the failing node) where some gp[i] ∉ [−1, i).
+struct TreeLayout {
+  std::vector<std::int64_t> depth, height, first, kids, by_height, level;
+};
+
+inline bool tree_layout(const std::int64_t* gp, std::size_t N, TreeLayout& L) {
+  L.depth.assign(N, 0);
+  L.height.assign(N, 0);
+  L.first.assign(N + 1, 0);
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::int64_t a = gp[i];
+    if (a < -1 || a >= static_cast<std::int64_t>(i)) return false;
+    if (a >= 0) {
+      L.depth[i] = L.depth[static_cast<std::size_t>(a)] + 1;
+      ++L.first[static_cast<std::size_t>(a) + 1];
+    }
+  }
+  for (std::size_t i = 0; i < N; ++i) L.first[i + 1] += L.first[i];
+  L.kids.assign(static_cast<std::size_t>(L.first[N]), 0);
+  {
+    std::vector<std::int64_t> fill(L.first.begin(), L.first.end() - 1);
+    for (std::size_t i = 0; i < N; ++i)
+      if (gp[i] >= 0) L.kids[static_cast<std::size_t>(fill[static_cast<std::size_t>(gp[i])]++)] = static_cast<std::int64_t>(i);
+  }
+  std::int64_t top = 0;
+  for (std::size_t i = N; i-- > 0;)  // children after their parent: every child's height is final first
+    if (gp[i] >= 0) {
+      std::int64_t& h = L.height[static_cast<std::size_t>(gp[i])];
+      h = std::max(h, L.height[i] + 1);
+      top = std::max(top, h);
+    }
+  L.level.assign(static_cast<std::size_t>(top) + 2, 0);
+  for (std::size_t i = 0; i < N; ++i) ++L.level[static_cast<std::size_t>(L.height[i]) + 1];
+  for (std::size_t h = 0; h + 1 < L.level.size(); ++h) L.level[h + 1] += L.level[h];
+  L.by_height.assign(N, 0);
+  std::vector<std::int64_t> fill(L.level.begin(), L.level.end() - 1);
+  for (std::size_t i = 0; i < N; ++i)
+    L.by_height[static_cast<std::size_t>(fill[static_cast<std::size_t>(L.height[i])]++)] = static_cast<std::int64_t>(i);
+  return true;
+}
+
 // Scratch of one thread.
 struct TreeWork {
   std::vector<char> mark;                // [V]: the children's tokens of a node
@@ -188,8 +237,46 @@ struct TreeWork {
   std::vector<char> done;
 };
 
+// The complement's mass as a reader of the children's masses sees it, where f̃(0) = ∞ (reverse_kl,
+// neyman_chi2) and the complement has target mass (P[0] > 0). The walk and the caller read the
+// complement as 1 − Σ_c m_c; rounded, that sum can reach 1 (the optimum's complement can be far below
+// an ulp of 1: D = ∞), or miss the solved complement m[0] by a few ulps, a large part of it where it
+// is small (D past ε, by P[0]·|f̃'(m[0]/P[0])| times the miss). So where the children's sum could
+// leave less than T = max(m[0], 2⁻⁵³) (solved: ε > 0) or nothing (ε = 0: m = P) in some order of
+// summation (k children: k − 1 roundings of at most 2⁻⁵³·Σ each), mass moves to the complement: from
+// the children above their target, in proportion to their excess, where that holds it and the
+// complement stays within P[0] (each ratio m/P moves toward 1: D does not increase); otherwise
+// (P[0] itself below a few ulps) by scaling the children, at a cost of at most P[0]·f̃(m_0/P[0]).
+// m[0] is set to 1 − Σ_c m_c. One child is left as solved unless m_1 = 1.
+inline void keep_complement(const double* P, std::size_t n, double* m, bool solved) {
+  if (n < 2 || !(P[0] > 0.0)) return;
+  constexpr double u = 0x1p-53;
+  const auto k = static_cast<double>(n - 1);
+  solved = solved && n > 2;  // one child: 1 − m_1 is read with one rounding, of a complement ≥ 1/2 or none
+  const double T = solved ? std::max(m[0], u) : u;
+  double S = 0.0;
+  for (std::size_t c = 1; c < n; ++c) S += m[c];
+  const double slack = solved ? 2.0 * (k - 1.0) * u * S : 0.0;  // twice the sum's rounding, any order
+  for (int pass = 0; pass < 3 && S > 0.0 && S > 1.0 - T - slack; ++pass) {
+    const double delta = S - (1.0 - T - slack - 2.0 * u);  // 2⁻⁵² more: the moved masses round too
+    double E = 0.0;
+    for (std::size_t c = 1; c < n; ++c) E += std::max(m[c] - P[c], 0.0);
+    if (E >= delta && 1.0 - S + delta <= P[0]) {
+      const double r = delta / E;
+      for (std::size_t c = 1; c < n; ++c) m[c] -= r * std::max(m[c] - P[c], 0.0);
+    } else {
+      const double r = (S - delta) / S;
+      for (std::size_t c = 1; c < n; ++c) m[c] *= r;
+    }
+    S = 0.0;
+    for (std::size_t c = 1; c < n; ++c) S += m[c];
+  }
+  m[0] = 1.0 - S;
+}
+
 // The class masses of a node's verifier: P[0..n) the classes' target masses (class 0 the
-// complement, w[0] = 0), w their weights; m receives the masses (Σ m = 1).
+// complement, summed over it where small: kRestDirect; w[0] = 0), w their weights; m receives the
+// masses (Σ m = 1), the complement's as its readers see it where f̃(0) = ∞ (keep_complement).
 inline void node_masses(const BuiltinF& f, const double* P, const double* w, std::size_t n, double eps, bool keep, double* m,
                         TreeWork& work) {
   bool equal = true;
@@ -198,6 +285,7 @@ inline void node_masses(const BuiltinF& f, const double* P, const double* w, std
   else if (equal) set_masses(f, P, n, eps, keep, m);
   else if (f.g == Generator::tv) tv_masses(P, w, n, eps, keep, m, work.done);
   else kkt_masses(f, P, w, n, eps, keep, m, work.d);
+  if (std::isinf(f(0.0))) keep_complement(P, n, m, eps > 0.0);
 }
 
 // A batch of trees (C-contiguous): request b owns the n[b] consecutive nodes from start_b = Σ_{c<b}
@@ -297,7 +385,14 @@ StepError tree_request(const F& f, const Tree<T>& tr, std::size_t b, std::size_t
           wk.w[i + 1] = tr.length ? 1.0 + value[c] : 1.0;
           PS += wk.P[i + 1];
         }
-        wk.P[0] = std::max(1.0 - PS, 0.0);
+        wk.P[0] = 1.0 - PS;
+        if (!(wk.P[0] >= kRestDirect)) {  // summed over the complement: 1 − Σ P_c has lost its digits
+          for (std::size_t i = 0; i < k; ++i) wk.mark[static_cast<std::size_t>(token[wk.kids[c0 + i]])] = 1;
+          double rest = 0.0;
+          for (std::size_t i = 0; i < V; ++i) rest += wk.mark[i] ? 0.0 : static_cast<double>(pv[i]);
+          for (std::size_t i = 0; i < k; ++i) wk.mark[static_cast<std::size_t>(token[wk.kids[c0 + i]])] = 0;
+          wk.P[0] = rest / wk.sum[v];
+        }
         wk.w[0] = 0.0;
         node_masses(f, wk.P.data(), wk.w.data(), k + 1, eps, tr.keep, wk.m.data(), wk);
         for (std::size_t i = 0; i < k; ++i) accept[wk.kids[c0 + i]] = wk.m[i + 1];

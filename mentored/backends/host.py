@@ -20,7 +20,7 @@ from ..check.inputs import (
 from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
 from .protocol import Solved
-from .shared import LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
+from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
 __all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
@@ -477,6 +477,7 @@ def _given_tree(plan, tok, p, zeros):
     child = plan.gp >= 0
     P_child = np.zeros(plan.N)
     P_child[child] = p[plan.gp[child], tok[child]] / sums[plan.gp[child]]
+    P_rest = _rest_masses(plan, tok, p, P_child, sums)
 
     def solve(div, P, w, eps, weighted):
         if div.compiled is not None:
@@ -487,5 +488,23 @@ def _given_tree(plan, tok, p, zeros):
             return node_masses(np, P, w, eps, div, zeros, forms, weighted)
 
     with np.errstate(all="ignore"):
-        accept, _ = tree_masses(np, plan, P_child, plan.eps_node, None, solve, np.asarray)
+        accept, _ = tree_masses(np, plan, P_child, P_rest, plan.eps_node, None, solve, np.asarray)
     return np.ascontiguousarray(accept)
+
+
+def _rest_masses(plan, tok, p, P_child, sums):
+    """At each node with children, its target's mass off its children's tokens (p/Σp): 1 − Σ P_child
+    from REST_DIRECT up, else summed over the complement (as the core); 0 at leaves."""
+    child = np.flatnonzero(plan.gp >= 0)
+    out = np.zeros(plan.N)
+    np.add.at(out, plan.gp[child], P_child[child])
+    out = np.where(plan.num_kids > 0, 1.0 - out, 0.0)
+    small = np.flatnonzero((plan.num_kids > 0) & ~(out >= REST_DIRECT))
+    if small.size:
+        rows = np.full(plan.N, -1, dtype=np.int64)
+        rows[small] = np.arange(small.size)
+        rest = p[small].astype(np.float64)
+        at = child[rows[plan.gp[child]] >= 0]
+        rest[rows[plan.gp[at]], tok[at]] = 0.0
+        out[small] = rest.sum(1) / sums[small]
+    return out

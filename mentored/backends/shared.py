@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 from .. import _core
 from ..divergences import Divergence
 
-__all__ = ["onehot_bisection", "given_uniforms", "LevelForms", "node_masses", "tree_masses"]
+__all__ = ["onehot_bisection", "given_uniforms", "LevelForms", "node_masses", "tree_masses", "REST_DIRECT"]
 
 _BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80, as the core's
 
@@ -66,6 +66,9 @@ def given_uniforms(uniforms, T: int) -> np.ndarray:
 # class's mass in [P_T, 1], 56 of log₂ θ in [−1100, 1100] (the core's range; 2200·2⁻⁵⁶ = 3e-14).
 _LEVEL_BITS, _THETA_BITS = 64, 56
 _LOG2_THETA = 1100.0
+# A node's complement mass is 1 − Σ P_child from this up; below, it is summed over the complement
+# (1 − Σ has lost its digits, and rounds a complement below an ulp of 1 to 0): the core's kRestDirect.
+REST_DIRECT = 2.0**-10
 
 
 class LevelForms(NamedTuple):
@@ -108,7 +111,44 @@ def node_masses(xp, P, w, eps, div: Divergence, zeros: str, forms: LevelForms, w
         general = _tv_masses(xp, P, w, eps, keep, real, pos) if div.compiled == _core.Generator.tv else \
             _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos)
         m = xp.where(equal[:, None], m, general)
-    return xp.where((eps > 0)[:, None], m, P)
+    m = xp.where((eps > 0)[:, None], m, P)
+    return _keep_complement(xp, P, m, kids, eps > 0) if np.isinf(div.f0) else m
+
+
+def _keep_complement(xp, P, m, kids, solved):
+    r"""The complement's mass as a reader of the children's masses sees it (1 − their sum), for
+    :math:`\tilde f(0) = \infty`: the rule of ``cpp/mentored/tree.hpp`` (``keep_complement``),
+    vectorised. Where :math:`P_0 > 0` and the children's sum could leave less than
+    :math:`T = \max(m_0, 2^{-53})` (``solved``: ε > 0, two children or more) or nothing in some order of summation,
+    mass moves to the complement: from the children above their target in proportion to their excess
+    where that holds it and the complement stays within :math:`P_0` (D does not increase), else by
+    scaling the children; :math:`m_0 = 1 - \sum_c m_c`."""
+    u = 2.0**-53
+    k = kids.sum(-1) * 1.0
+    solved = solved & (k > 1)  # one child: 1 − m_1 is read with one rounding, of a complement ≥ 1/2 or none
+    T = xp.where(solved, xp.clip(m[:, 0], u, None), u)
+    mk, Pk = m[:, 1:], P[:, 1:]
+    bound = 1.0 - T - xp.where(solved, 2.0 * (k - 1.0) * u * mk.sum(-1), 0.0)  # twice the sum's rounding, any order
+    for _ in range(3):
+        S = mk.sum(-1)
+        low = (P[:, 0] > 0) & (S > 0) & (S > bound)
+        delta = S - (bound - 2.0 * u)
+        excess = xp.where(kids, xp.clip(mk - Pk, 0.0, None), 0.0)
+        E = excess.sum(-1)
+        take = (E >= delta) & (1.0 - S + delta <= P[:, 0])
+        moved = xp.where(take[:, None], mk - (delta / xp.where(take, E, 1.0))[:, None] * excess,
+                         mk * ((S - delta) / xp.where(S > 0, S, 1.0))[:, None])
+        mk = xp.where(low[:, None], moved, mk)
+    return xp.concatenate([(1.0 - mk.sum(-1))[:, None], mk], -1)
+
+
+def _leading(xp, ok):
+    """How many candidates of each row pass before the first that fails, as floats: the k-ary searches
+    move their low end to the last of these, so it stays a point that passes (D ≤ ε, Σ m ≤ 1) even
+    where rounding makes the test not monotone (a user generator's (f̃′)⁻¹ from sympy can lose its
+    digits to cancellation far below f̃′(1)). Where the test is monotone: the count of passes."""
+    fail = ~ok
+    return xp.where(fail.any(-1), xp.argmax(fail * 1.0, -1), ok.shape[-1]) * 1.0  # argmax: the first failure
 
 
 def _first_of(xp, mask):
@@ -184,7 +224,7 @@ def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
             s = df(x / PT1_[..., None])
             lv = dfinv(s[..., None] - theta[..., None, None] * gapc)
             total = x + xp.where(othc, Pc * lv, 0.0).sum(-1)
-            k = (total <= 1.0).sum(-1) * 1.0
+            k = _leading(xp, total <= 1.0)
             lo, hi = lo + (hi - lo) * (k / kary), xp.minimum(lo + (hi - lo) * ((k + 1) / kary), hi)
         mT = lo
         if kinked:
@@ -219,7 +259,7 @@ def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
     lo, hi = xp.full_like(PT, -_LOG2_THETA), xp.full_like(PT, _LOG2_THETA)
     for _ in range(_THETA_BITS // bits):  # D = ε in log₂ θ
         u = lo[:, None] + (hi - lo)[:, None] * frac
-        k = (masses(2.0 ** u)[1] <= eps[:, None]).sum(-1) * 1.0
+        k = _leading(xp, masses(2.0 ** u)[1] <= eps[:, None])
         lo, hi = lo + (hi - lo) * (k / kary), xp.minimum(lo + (hi - lo) * ((k + 1) / kary), hi)
     m = xp.where((D_all <= eps)[:, None], m_all, masses(2.0 ** lo)[0])
     m = m / m.sum(-1)[:, None]
@@ -227,25 +267,28 @@ def _kkt_masses(xp, P, w, eps, keep, div, forms, real, pos):
     return xp.where(trivial[:, None], P, m)
 
 
-def tree_masses(xp, plan, P_child, eps_node, greedy_match, solve, to):
+def tree_masses(xp, plan, P_child, P_rest, eps_node, greedy_match, solve, to):
     r"""Every node's :math:`\pi_{parent}(x_j)` and :math:`A(j)`, bottom-up by height (the rule of
     ``cpp/mentored/tree.hpp``; docs/serving.md, "Draft trees"), vectorised over the nodes of a height.
 
-    ``plan``: the host layout (``heights``: per height ≥ 1, the global indices of its nodes and
-    their children padded with −1; ``length``: the objective; ``greedy_node``; ``groups``: the
+    ``plan``: the host layout (``height_kids(h)``: the global indices of the nodes of height h and
+    their children padded with −1; ``length``: the objective; ``greedy_node``; ``groups_of``: the
     nodes' divergences). ``P_child`` (N,): each node's token's mass under its parent's target (p/Σp);
-    ``eps_node`` (N,): each node's budget; ``greedy_match`` (N,): whether a node's token is its
-    parent's argmax (greedy requests' nodes; None without greedy requests). ``solve(div, P, w, eps,
-    weighted)`` returns the class masses of the rows (:func:`node_masses`); ``to`` puts a host array
-    where the computation runs. Returns (accept, value)."""
+    ``P_rest`` (N,): at each node with children, the mass of its target off its children's tokens
+    (p/Σp summed there: 1 − Σ P_child would round a small one to 0); ``eps_node`` (N,): each node's
+    budget; ``greedy_match`` (N,): whether a node's token is its parent's argmax (greedy requests'
+    nodes; None without greedy requests). ``solve(div, P, w, eps, weighted)`` returns the class
+    masses of the rows (:func:`node_masses`); ``to`` puts a host array where the computation runs.
+    Returns (accept, value)."""
     accept = xp.zeros_like(P_child)
     value = xp.zeros_like(P_child)
-    for h, (nodes, kids) in enumerate(plan.heights, start=1):
+    for h in range(1, plan.num_heights + 1):
+        nodes, kids = plan.height_kids(h)
         valid = kids >= 0
         k = np.where(valid, kids, 0)
         Pk = xp.where(to(valid), P_child[to(k)], 0.0)
         wk = xp.where(to(valid), 1.0 + value[to(k)], -np.inf) if plan.length else xp.where(to(valid), 1.0, -np.inf)
-        P = xp.concatenate([xp.clip(1.0 - Pk.sum(-1), 0.0, None)[:, None], Pk], -1)
+        P = xp.concatenate([P_rest[to(nodes)][:, None], Pk], -1)
         w = xp.concatenate([xp.zeros_like(Pk[:, :1]), wk], -1)
         m = xp.zeros_like(P)
         for div, rows in plan.groups_of(nodes):

@@ -50,7 +50,7 @@ from ..check.inputs import check_step_inputs, check_zeros, per_row, step_budgets
 from ..divergences import divergence as _divergence
 from ..divergences.symbolic import SERIES_RADIUS
 from .protocol import Solved
-from .shared import LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
+from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
 __all__ = ["device_of", "TorchBackend", "CPU_VIEWS"]  # the entry points reach this module through mentored.backends.get_backend
 
@@ -1317,6 +1317,28 @@ def _level_forms(div) -> LevelForms:
     return _CUSTOM_LEVELS[div]
 
 
+def _rest_masses(plan, p64, tok, P_child, sums, to):
+    """At each node with children, its target's mass off its children's tokens (p/Σp): 1 − Σ P_child
+    from REST_DIRECT up, else summed over the complement (the core's rule). Which nodes need the sum
+    is not read back: it is formed for every inner node, a bounded block of rows at a time."""
+    N, device = plan.N, p64.device
+    child = np.flatnonzero(plan.gp >= 0)
+    PS = torch.zeros(N, dtype=torch.float64, device=device).index_add_(0, to(plan.gp[child]), P_child[to(child)])
+    inner = np.flatnonzero(plan.num_kids > 0)
+    direct = torch.zeros(N, dtype=torch.float64, device=device)
+    step = max(1, (1 << 22) // max(p64.shape[1], 1))  # 32 MB of float64 rows a block
+    for s in range(0, inner.size, step):
+        block = inner[s : s + step]
+        rows = np.full(N, -1, dtype=np.int64)
+        rows[block] = np.arange(block.size)
+        at = child[rows[plan.gp[child]] >= 0]
+        rest = p64[to(block)]  # a copy (advanced indexing)
+        rest[to(rows[plan.gp[at]]), tok[to(at)]] = 0.0
+        direct[to(block)] = rest.sum(-1) / sums[to(block)]
+    one_minus = 1.0 - PS
+    return torch.where(to(plan.num_kids > 0), torch.where(one_minus >= REST_DIRECT, one_minus, direct), 0.0)
+
+
 def _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, validate, normalize):
     r""":func:`mentored.verify.serving.tree_sample` for tensors on a device (or CPU tensors with
     ``CPU_SOLVER = "torch"``): every node's verifier bottom-up by height (:func:`tree_masses`,
@@ -1361,6 +1383,7 @@ def _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, valida
     gp, ci = to(plan.gp[child]), to(child)
     P_child = torch.zeros(N, dtype=torch.float64, device=device)
     P_child[ci] = p64[gp, tok[ci]] / sums[gp]
+    P_rest = _rest_masses(plan, p64, tok, P_child, sums, to)
     top = p.argmax(-1)
     match = None
     if plan.greedy_or_none is not None:
@@ -1371,16 +1394,22 @@ def _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, valida
         return node_masses(torch, P, w, eps, div, zeros, _level_forms(div) if weighted else LevelForms(_torch_forms(div).perspective, None, None),
                            weighted)
 
-    accept, value = tree_masses(torch, plan, P_child, to(plan.eps_node), match, solve, to)
+    accept, value = tree_masses(torch, plan, P_child, P_rest, to(plan.eps_node), match, solve, to)
     accept[to(np.flatnonzero(plan.gp < 0))] = 1.0
     # the walk: every request a depth at a time, from its root
     out = torch.full((B, plan.width), -1, dtype=torch.int32, device=device)
     cur = to(plan.starts)
-    kids = to(plan.kids)
-    K = plan.kids.shape[1]
+    K = plan.K
+    first, num_kids, children = to(plan.first), to(plan.num_kids), to(plan.children)
+    col = torch.arange(K, device=device)
+
+    def kids(v):  # the children of nodes v, in node order, padded with −1: [len(v), K]
+        at = (first[v][:, None] + col).clamp(max=max(children.numel() - 1, 0))
+        return torch.where(col < num_kids[v][:, None], children[at], -1)
+
     active = torch.ones(B, dtype=torch.bool, device=device)
     for d in range(plan.width - 1 if K else 0):
-        ks = kids[cur]
+        ks = kids(cur)
         valid = ks >= 0
         mass = torch.where(valid, accept[ks.clamp(min=0)], 0.0)
         u0 = u[cur, 0]
@@ -1397,7 +1426,7 @@ def _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, valida
     if B:
         w = p64[cur]
         if K:  # without the children's tokens (counted by a scatter-add of exact 0s and 1s: any order)
-            ks = kids[cur]
+            ks = kids(cur)
             hit = torch.zeros_like(w).scatter_add_(1, tok[ks.clamp(min=0)], (ks >= 0).to(w.dtype))
             w = torch.where(hit > 0, 0.0, w)
         drawn = _inverse_cdf(w, u[cur, 1], p64[cur])

@@ -37,11 +37,24 @@ PLACEHOLDER_TOKEN_ID = -1
 
 def _host_array(name, x, kinds, what):
     """``x`` (a list, an array or a tensor) as a numpy array whose dtype is of ``kinds``: a count given
-    as 1.5 or a flag given as 2 is refused, not truncated or taken as true."""
-    a = np.asarray(x.tolist() if hasattr(x, "tolist") else x)
+    as 1.5 or a flag given as 2 is refused, not truncated or taken as true. A numpy array keeps its
+    dtype (uint64 among them: through a list, ids past 2⁶³ would come back as float64)."""
+    a = x if isinstance(x, np.ndarray) else np.asarray(x.tolist() if hasattr(x, "tolist") else x)
     if a.size and a.dtype.kind not in kinds:
         raise TypeError(f"{name} must hold {what}, got dtype {a.dtype}")
     return a
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _int64(name, a, where, what="value"):
+    """An integer array as int64; an unsigned entry past int64 (which the cast would wrap negative) is
+    refused by its value, ``where(i)`` naming its place."""
+    if a.dtype.kind == "u" and a.size and int(a.max()) > _INT64_MAX:
+        i = int(np.argmax(a > _INT64_MAX))
+        raise ValueError(f"{name}: {what} {int(a[i])} at {where(i)} is past int64's range (dtype {a.dtype})")
+    return a.astype(np.int64, copy=False)
 
 
 def _greedy_flags(is_greedy, B: int):
@@ -68,7 +81,8 @@ class _Plan:
             if len(n) != B:
                 raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape ({len(n)},)")
         else:
-            n = _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers").astype(np.int64, copy=False)
+            n = _int64("num_draft_tokens", _host_array("num_draft_tokens", num_draft_tokens, "iu", "integers"), lambda b: f"request {b}",
+                       "count")
             if n.ndim != 1 or n.shape[0] != B:
                 raise ValueError(f"num_draft_tokens must have one entry per request (B = {B} from bonus_token_ids), got shape {n.shape}")
             lo, total, K = (int(n.min()), int(n.sum()), int(n.max())) if B else (0, 0, 0)
@@ -425,13 +439,16 @@ class _TreePlan:
     children, the nodes by height (bottom-up), and each request's divergence, budget and greedy flag.
 
     ``parents`` are local to each request: −1 at its node 0 (the root), ``0 <= parents[i] < i``
-    otherwise. Every refusal names the request and the node."""
+    otherwise. Every refusal names the request and the node. O(N) in the number of nodes, whatever
+    the trees' shapes: checks and indices vectorised; depths, heights and children (what the torch
+    path and user generators read) from one pass of the core (``_core.tree_layout``), on first use;
+    children padded to a matrix only a height at a time (:meth:`height_kids`)."""
 
     def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective):
         if objective not in _OBJECTIVES:
             raise ValueError(f"objective must be 'length' or 'acceptance', got {objective!r}")
         self.objective, self.length = objective, objective == "length"
-        n = _host_array("num_nodes", num_nodes, "iu", "integers").astype(np.int64, copy=False)
+        n = _int64("num_nodes", _host_array("num_nodes", num_nodes, "iu", "integers"), lambda b: f"request {b}", "count")
         if n.ndim != 1:
             raise ValueError(f"num_nodes must hold one count per request, got shape {n.shape}")
         B = n.shape[0]
@@ -444,9 +461,10 @@ class _TreePlan:
         self.starts = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int64) if B else n
         self.req = np.repeat(np.arange(B, dtype=np.int64), n)
         self.local = np.arange(N, dtype=np.int64) - self.starts[self.req]
-        par = _host_array("parents", parents, "iu", "integers").astype(np.int64, copy=False)
+        par = _host_array("parents", parents, "iu", "integers")
         if par.shape != (N,):
             raise ValueError(f"parents must have one entry per node, shape ({N},), got {par.shape}")
+        par = _int64("parents", par, self.where, "parent")
         root = self.local == 0
         for bad, what in ((root & (par != -1), "the root (node 0) must have parent -1"),
                           (~root & (par == -1), "a second root (parent -1): only node 0 of a request is its root"),
@@ -456,36 +474,7 @@ class _TreePlan:
                 i = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"parents: {what}; {self.where(i)} has parent {int(par[i])}")
         self.parents = np.ascontiguousarray(par)
-        self.gp = np.where(root, -1, self.starts[self.req] + par)
-        depth = np.zeros(N, dtype=np.int64)
-        gp = np.where(root, 0, self.gp)
-        for _ in range(N):  # a level more each time, until the deepest
-            deeper = np.where(root, 0, depth[gp] + 1)
-            if np.array_equal(deeper, depth):
-                break
-            depth = deeper
-        self.depth = depth
-        self.width = int(depth.max()) + 1 if N else 1
-        # children in node order, padded with -1: row i holds node i's children
-        child = np.flatnonzero(~root)
-        order = child[np.argsort(self.gp[child], kind="stable")]
-        cnt = np.bincount(self.gp[child], minlength=N) if N else np.zeros(0, dtype=np.int64)
-        K = int(cnt.max()) if N else 0
-        kids = np.full((N, K), -1, dtype=np.int64)
-        if order.size:
-            first = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-            rank = np.arange(order.size) - first[self.gp[order]]
-            kids[self.gp[order], rank] = order
-        self.kids = kids
-        height = np.zeros(N, dtype=np.int64)
-        for level in range(self.width - 1, 0, -1):  # bottom-up: a node's height is 1 + its highest child's
-            at = np.flatnonzero(depth == level)
-            np.maximum.at(height, self.gp[at], height[at] + 1)
-        self.heights = []
-        for h in range(1, int(height.max()) + 1 if N else 1):
-            nodes = np.flatnonzero(height == h)
-            k = int(cnt[nodes].max())
-            self.heights.append((nodes, kids[nodes, :k]))
+        self.gp = np.ascontiguousarray(np.where(root, -1, self.starts[self.req] + par))
         self.greedy_or_none = _greedy_flags(is_greedy, B)
         self.greedy = self.greedy_or_none if self.greedy_or_none is not None else np.zeros(B, dtype=bool)
         self.greedy_node = self.greedy[self.req]
@@ -499,6 +488,59 @@ class _TreePlan:
     def where(self, i: int) -> str:
         return f"request {int(self.req[i])}, node {int(self.local[i])}"
 
+    # The layout the torch path and user generators read (the core computes its own): every node's
+    # depth, its children in node order (children[first[v]:first[v + 1]]) and the nodes by height
+    # (by_height[level[h]:level[h + 1]]), from one O(N) pass of the core.
+    @cached_property
+    def _layout(self):
+        depth, _, first, children, by_height, level = _core.tree_layout(self.gp)
+        return depth, first, children, by_height, level
+
+    @cached_property
+    def depth(self) -> np.ndarray:
+        return self._layout[0]
+
+    @cached_property
+    def width(self) -> int:
+        """The output's width: the deepest node's depth + 1."""
+        return int(self.depth.max()) + 1 if self.N else 1
+
+    @cached_property
+    def first(self) -> np.ndarray:
+        return self._layout[1]
+
+    @cached_property
+    def children(self) -> np.ndarray:
+        return self._layout[2]
+
+    @cached_property
+    def num_kids(self) -> np.ndarray:
+        return np.diff(self.first)
+
+    @cached_property
+    def K(self) -> int:
+        """The most children of a node."""
+        return int(self.num_kids.max()) if self.N else 0
+
+    @cached_property
+    def by_height(self) -> np.ndarray:
+        return self._layout[3]
+
+    @cached_property
+    def num_heights(self) -> int:
+        """The greatest height: heights 1 .. num_heights hold the nodes with children."""
+        return self._layout[4].size - 2
+
+    def height_kids(self, h: int):
+        """(nodes, kids): the global indices of the nodes of height ``h`` ≥ 1, and their children in
+        node order, padded with −1 to the most children among them."""
+        level = self._layout[4]
+        nodes = self.by_height[level[h] : level[h + 1]]
+        cnt = self.num_kids[nodes]
+        col = np.arange(int(cnt.max()))
+        at = np.minimum(self.first[nodes][:, None] + col, self.children.size - 1)
+        return nodes, np.where(col < cnt[:, None], self.children[at], -1)
+
     def groups_of(self, nodes: np.ndarray) -> list:
         """The divergences of ``nodes`` (global indices): [(Divergence, rows of nodes)]."""
         if self.which is None:
@@ -507,14 +549,15 @@ class _TreePlan:
         return [(d, np.flatnonzero(w == i)) for i, d in enumerate(self.divs) if np.any(w == i)]
 
     def check_tokens(self, tokens: np.ndarray, V: int) -> np.ndarray:
-        """Token ids on the host: integers in [0, V), distinct among siblings."""
-        t = _host_array("tokens", tokens, "iu", "integers").astype(np.int64, copy=False)
+        """Token ids on the host: integers in [0, V), distinct among siblings; int64."""
+        t = _host_array("tokens", tokens, "iu", "integers")
         if t.shape != (self.N,):
             raise ValueError(f"tokens must be flat, one id per node, shape ({self.N},), got {t.shape}")
-        out = (t < 0) | (t >= V)
+        out = (t < 0) | (t >= V)  # before the cast: an unsigned id past int64 is named by its value
         if out.any():
             i = int(np.flatnonzero(out)[0])
             raise ValueError(f"tokens: id {int(t[i])} at {self.where(i)} is outside [0, V) = [0, {V})")
+        t = t.astype(np.int64, copy=False)
         child = np.flatnonzero(self.gp >= 0)
         key = self.gp[child] * V + t[child]
         order = np.argsort(key, kind="stable")
@@ -547,6 +590,9 @@ def _check_weighted(div) -> None:
 def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms, zeros, threads,
           validate, normalize):
     check_zeros(zeros)
+    if generators is not None and uniforms is not None:
+        raise ValueError("tree_sample was given both generators and uniforms: pass one of them (uniforms: the (N, 2) draws, used "
+                         "as given; generators: a stream per seeded request)")
     N = len(tokens)
     plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
     _check_generators(generators, plan.B)
@@ -582,7 +628,9 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     :math:`v` is :math:`p_v(S_v)` (the target-only rule SGLang's tree verification uses). Greedy
     requests accept the child that is :math:`\arg\max p_v` (first maximum) and emit the argmax.
     A chain (``parents[i] = i − 1``) is :func:`rejection_sample` with ``draft_probs=None``, decision
-    for decision, given the same uniforms and the leaf's bonus drawn from its row at ``u1``.
+    for decision, given the same uniforms and the leaf's bonus drawn from its row at ``u1`` (but
+    where :math:`f(0) = \infty` and :math:`p_v(x)/\sum p_v` rounds to 1 with mass left off
+    :math:`x`: the tree keeps that complement a few ulps, below).
 
     Parameters
     ----------
@@ -597,16 +645,34 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
         A seeded request draws the two uniforms of each of its nodes from its own generator.
     uniforms : (N, 2) in [0, 1), optional
         Row ``i``: ``u0`` walks node ``i``'s children, ``u1`` draws its token if the walk stops there.
+        Given with ``generators``: refused (pass one of them).
     validate : bool
         Tensors: check the ids, siblings and rows (host synchronisations); without it nothing is read
         back from the device. Host input is always checked (by the core, in its pass over the rows).
 
+    Ids (``tokens``, ``parents``, ``num_nodes``) may be of any integer dtype, unsigned included, and
+    are read by value: a uint64 id from 2⁶³ on is outside every vocabulary, and refused as such.
+
+    Where :math:`f(0) = \infty` (reverse_kl, neyman_chi2, user generators like
+    :math:`-\log t`), a complement of the children with no mass costs :math:`D = \infty`: wherever
+    :math:`p_v` puts mass off the children, their ``accept`` values sum to less than 1 by at least
+    the complement's solved mass (a few ulps where that is smaller), in any order of summation, so
+    that :math:`1 - \sum` is the complement's mass, :math:`D_f(\pi_v\|p_v) \le \varepsilon` as
+    read, and the walk reaches the complement.
+
     Returns
     -------
-    (tokens_out, last_accepted): int32 (B, max depth + 1), the accepted tokens, then the emitted one,
-    then −1; and the local index of the last accepted node of each request (0: the root, nothing
+    (tokens_out, last_accepted): int32 (B, W), the accepted tokens, then the emitted one, then −1;
+    and the local index of the last accepted node of each request (0: the root, nothing
     accepted), int64 (B,), whose path is what a KV cache keeps. numpy in, numpy out; tensors on
-    their device.
+    their device. W = the deepest node's depth + 1 over the whole batch (a request emits at most
+    its own depth + 1 tokens; the rest of its row is −1): the output is dense, 4·B·W bytes, so one
+    deep request widens every row (a 32,000-node chain among 255 small trees: 33 MB). Batch requests
+    of like depths, or verify a deep one alone, where that matters.
+
+    Cost: the host plan is O(N) (vectorised checks; depths, children and heights in one pass of
+    the core where the torch path or a user generator reads them); the core walks each request in
+    O(its nodes · V).
 
     Examples
     --------
