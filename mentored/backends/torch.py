@@ -49,6 +49,7 @@ from .. import _core
 from ..check.inputs import check_step_inputs, check_zeros, per_row, step_budgets, sum_rtol
 from ..divergences import divergence as _divergence
 from ..divergences.symbolic import SERIES_RADIUS
+from . import _torch_program
 from .protocol import Solved
 from .shared import LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
@@ -108,7 +109,101 @@ def _torch_forms(div) -> _Forms:
     return forms
 
 
-def _reduce(op):
+def _compile_custom(div) -> _Forms:
+    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``).
+
+    The core's expression program (:mod:`mentored.divergences.program`: the numpy code sympy prints
+    for f, translated opcode by opcode) run by torch, in doubles and, where the printed form
+    overflows, in extended range (:mod:`mentored.backends._torch_program`), so that f̃ and
+    p·f̃(π/p) are the core's and numpy's wherever they are finite. A generator whose code does not
+    translate (a function the program lacks, e.g. ``erf``) is printed by sympy for torch instead, and
+    its non-finite values at points of (0, ∞) are evaluated on the host (numpy's f̃).
+    """
+    info = div.symbolic
+    if info is None:
+        raise ValueError(
+            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
+            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
+        )
+    c, f_inf_tilde = float(info.tilt), float(info.f_inf) - float(info.tilt)
+    constants = dict(tilt=c, f0=float(info.f0), f_inf=float(info.f_inf), series=tuple(info.series), radius=SERIES_RADIUS)
+    program = _program_ops(info)
+    if program is not None:
+        f_tilde, perspective = _torch_program.forms(*program, **constants, host_reads=lambda x: _host_reads(x), host_tilde=div.f_tilde)
+    else:
+        f_tilde, perspective = _printed_forms(div, **constants)
+    return _Forms(f_tilde, perspective, f_inf_tilde)
+
+
+def _program_ops(info):
+    """(opcode names, values) of the core's program for a generator, or None where its code does not translate."""
+    from ..divergences import program as _program
+
+    try:
+        code, name, namespace = _program.source(info)
+        ops, values = _program.translate(code, name, namespace)
+    except (_program._Untranslatable, SyntaxError, ValueError, TypeError, OverflowError, NameError, ZeroDivisionError, OSError):
+        return None
+    names = {int(v): k for k, v in _core.Op.__members__.items()}
+    return [names[op] for op in ops], values
+
+
+def _printed_forms(div, *, tilt, f0, f_inf, series, radius):
+    """(f̃, perspective) from sympy's torch printing of f, for a generator without a program: Max and
+    Min as torch.maximum/minimum, and where f̃ or the term is not finite at x > 0, numpy's f̃ on the
+    host (30-digit arithmetic where the printed form overflows; a read-back, on a device too)."""
+    import sympy as sp
+
+    info = div.symbolic
+    reduce = {"mentored_torch_max": torch.maximum, "mentored_torch_min": torch.minimum}
+    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
+    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
+    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
+    fn = sp.lambdify(info.t, expr, modules=[{k: _folded(op) for k, op in reduce.items()}, "torch"], printer=_torch_printer(reduce))
+    c = tilt
+    f_inf_tilde = f_inf - c
+    at0 = f0 + c  # f̃(0) = f(0) + c
+    at_inf = _INF if f_inf_tilde > 0 else 0.0
+
+    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        inside = (x > 0) & (x < _INF)
+        xs = torch.where(inside, x, 1.0)
+        h = xs - 1.0
+        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
+        near = torch.zeros_like(inside)
+        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
+            acc = torch.zeros_like(h)
+            for a in reversed(series):
+                acc = (acc + a) * h
+            near = h.abs() < radius
+            out = torch.where(near, acc * h, out)
+        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
+        bad = ~torch.isfinite(out) & inside & ~near
+        if bool(bad.any()):
+            idx = bad.nonzero(as_tuple=True)
+            out = out.index_put(idx, torch.as_tensor(div.f_tilde(x[idx].cpu().numpy()), dtype=out.dtype, device=out.device))
+        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
+
+    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        r = pi / p
+        out = p * f_tilde(r)
+        bad = (~torch.isfinite(out) | torch.isinf(r)) & (pi > 0) & (p > 0)
+        if bool(bad.any()):  # y·f(x/y) − c(x − y) with y·f(x/y) in 30-digit arithmetic; the bound f̃∞·x where it fails
+            from ..divergences.symbolic import exact_perspective
+
+            idx = bad.nonzero(as_tuple=True)
+            xb, yb = (torch.broadcast_to(a, bad.shape)[idx].cpu().numpy() for a in (pi, p))
+            exact = exact_perspective(info, xb, yb) - c * (xb - yb)
+            exact = np.where(np.isnan(exact), f_inf_tilde * xb if math.isfinite(f_inf_tilde) else _INF, exact)
+            out = out.index_put(idx, torch.as_tensor(exact, dtype=out.dtype, device=out.device))
+        return out.clamp(min=0.0)
+
+    return f_tilde, perspective
+
+
+def _folded(op):
+    """op folded over its arguments (Max and Min take any number), Python numbers as float64 tensors."""
+
     def call(*args):
         ref = next((a for a in args if isinstance(a, torch.Tensor)), None)
         vals = [a if isinstance(a, torch.Tensor) else torch.as_tensor(float(a), dtype=torch.float64, device=getattr(ref, "device", None)) for a in args]
@@ -120,49 +215,22 @@ def _reduce(op):
     return call
 
 
-def _compile_custom(div) -> _Forms:
-    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
-    import sympy as sp
+def _torch_printer(functions):
+    """sympy's torch printer, printing the calls named in ``functions`` as plain calls (it refuses unknown functions)."""
+    try:
+        from sympy.printing.pytorch import TorchPrinter
+    except ImportError:  # sympy before 1.13 prints torch code with its generic printer, which knows user functions
+        return None
 
-    info = div.symbolic
-    if info is None:
-        raise ValueError(
-            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
-            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
-        )
-    t = info.t
-    # Max/Min as plain calls to torch.maximum/minimum (sympy's torch printer maps them to builtins).
-    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
-    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
-    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
-    fn = sp.lambdify(t, expr, modules=[{"mentored_torch_max": _reduce(torch.maximum), "mentored_torch_min": _reduce(torch.minimum)}, "torch"])
-    c, f0, series = float(info.tilt), float(info.f0), tuple(info.series)
-    f_inf_tilde = float(info.f_inf) - c
-    at0 = f0 + c  # f̃(0) = f(0) + c
-    at_inf = _INF if f_inf_tilde > 0 else 0.0
-    radius = SERIES_RADIUS
+    class Printer(TorchPrinter):
+        def _print_Function(self, expr):
+            name = type(expr).__name__
+            if name in functions:
+                return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+            return super()._print_Function(expr)
 
-    def f_tilde(x: torch.Tensor) -> torch.Tensor:
-        inside = (x > 0) & (x < _INF)
-        xs = torch.where(inside, x, 1.0)
-        h = xs - 1.0
-        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
-        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
-            acc = torch.zeros_like(h)
-            for a in reversed(series):
-                acc = (acc + a) * h
-            out = torch.where(h.abs() < radius, acc * h, out)
-        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
-        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
-
-    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        r = pi / p
-        out = p * f_tilde(r)
-        if math.isfinite(f_inf_tilde):  # π/p past DBL_MAX (p denormal): the limit π·f̃∞
-            out = torch.where(torch.isinf(r), pi * f_inf_tilde, out)
-        return out
-
-    return _Forms(f_tilde, perspective, f_inf_tilde)
+    return Printer({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                    "user_functions": {k: k for k in functions}})
 
 
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp
