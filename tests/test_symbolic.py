@@ -438,3 +438,27 @@ def test_the_length_objective_where_the_top_class_rests_at_a_kink(name):
     d = mentored.Divergence.from_sympy(PIECEWISE[name], T, name=name)
     for eps in (0.3, 0.02):
         _each_node_is_the_oracles_optimum(d, _tree_rows(), eps)
+
+
+# ---------------------------------------------------------------- past the float range: the set verifier, duality, the oracle
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["program", "callbacks"])
+def test_the_host_set_verifier_where_the_ratio_or_f_passes_the_float_range(compiled, monkeypatch):
+    # The token-only verifier's largest a with p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)) ≤ ε, for a
+    # tree node on the host and (without a program) onehot_acceptance's bisection: chi2 scaled by k
+    # gives a = p_x + √(ε p_x (1 − p_x)/k) in closed form. At k = 1e-300, p_x = 1e-310 the ratio a/p_x
+    # passes DBL_MAX (ε = 1e7) or f̃(a/p_x) does while the term is ≈ ε (ε = 0.5).
+    from mentored.divergences import program as _program
+    from mentored.verify.serving import onehot_acceptance, tree_verifier
+
+    if not compiled:
+        monkeypatch.setattr(_program, "_ENABLED", False)
+    for k, px, eps in ((200, 1e-170, 0.5), (300, 1e-310, 0.5), (300, 1e-310, 1e7)):
+        d = mentored.Divergence.from_sympy((T - 1) ** 2 / 10**k, T)
+        want = min(1.0, px + np.sqrt(eps * 10.0**k * px * (1 - px)))
+        p = np.array([0.5, 0.5 - px, px])
+        for objective in ("acceptance", "length"):  # one child: the weighted verifier is the set verifier
+            accept, _ = tree_verifier([0, 2], [-1, 0], [2], np.array([p, p]), divergence=d, budget=eps, objective=objective)
+            assert_allclose(accept, [1.0, want], rtol=1e-9, err_msg=f"{k} {px} {eps} {objective}")
+        assert_allclose(onehot_acceptance(np.array([px]), eps, divergence=d), [want], rtol=1e-9)
