@@ -354,16 +354,15 @@ def wide(ops: list[str], values: list[float], t):
 # ---------------------------------------------------------------- f̃ and its perspective
 
 
-def forms(ops: list[str], values: list[float], *, tilt: float, f0: float, f_inf: float, series: tuple, radius: float,
-          host_reads: Callable[[torch.Tensor], bool], host_tilde: Callable | None = None):
-    """(f̃, perspective) of a program: f̃(t) on [0, ∞] and y·f̃(x/y) for y > 0, x ≥ 0, on float64 tensors.
+def forms(ops: list[str], values: list[float], *, tilt: float, f0: float, f_inf: float, series: tuple, radius: float):
+    """(f̃, perspective) of a program: f̃(t) on [0, ∞] and y·f̃(x/y) for y ≥ 0, x ≥ 0, on float64 tensors.
 
     ``tilt`` c, ``f0`` f(0⁺), ``f_inf`` f∞ (untilted, as :class:`~mentored.divergences.symbolic.SymbolicInfo`),
     ``series`` the Taylor coefficients of f̃ at 1 used where |t − 1| < ``radius``. Where the double
     evaluation is not finite at a point of (0, ∞) (for the perspective: at x > 0), the point is
-    evaluated again in extended range: on tensors the host may read (``host_reads``), only those
-    points, and where that gives no number (a sine past DBL_MAX) ``host_tilde`` (numpy's f̃, in
-    30-digit arithmetic there); on a device every point, selected without reading anything back.
+    evaluated again in extended range. Both evaluations run on every point and the non-finite ones
+    are selected, so that nothing is read back to the host (the solve and a draft tree's verifiers
+    stay queued on a device; the extended range costs about ten operations for each of the program's).
     Where extended range gives no finite number either and f̃∞ is finite, the bound f̃∞·x stands
     (``settled``); with f̃∞ = ∞ the value stays ∞ or NaN.
     """
@@ -404,32 +403,18 @@ def forms(ops: list[str], values: list[float], *, tilt: float, f0: float, f_inf:
     def f_tilde(x: torch.Tensor) -> torch.Tensor:
         out = tilde_plain(x)
         bad = ~torch.isfinite(out) & (x > 0) & (x < _INF)
-        if host_reads(x):
-            if bool(bad.any()):
-                idx = bad.nonzero(as_tuple=True)
-                xb = x[idx]
-                fixed = value(tilde_wide(_of(xb)))
-                left = torch.isnan(fixed)
-                if host_tilde is not None and bool(left.any()):
-                    fixed[left] = torch.as_tensor(host_tilde(xb[left].cpu().numpy()), dtype=fixed.dtype, device=fixed.device)
-                out[idx] = settled(fixed, xb)
-        else:
-            fixed = value(tilde_wide(_of(torch.where(bad, x, 1.0))))
-            out = torch.where(bad, settled(fixed, x), out)
-        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative (NaN stays)
+        fixed = value(tilde_wide(_of(torch.where(bad, x, 1.0))))
+        return torch.where(bad, settled(fixed, x), out).clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative (NaN stays)
 
     def perspective(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         r = x / y
         out = y * tilde_plain(r)
+        # the perspective's limits: x·f̃∞ at y = 0 or x = ∞ (0 at x = 0, whatever f̃∞)
+        edge = (y == 0) | torch.isinf(x)
+        out = torch.where(edge, torch.where(x == 0, 0.0, x * f_inf_tilde), out)
         # x/y past DBL_MAX (y denormal), or f̃(x/y) or the product past it: the term in extended range
-        bad = (~torch.isfinite(out) | torch.isinf(r)) & (x > 0) & (y > 0)
-        if host_reads(x):
-            if bool(bad.any()):
-                idx = bad.nonzero(as_tuple=True)
-                xb, yb = torch.broadcast_to(x, bad.shape)[idx], torch.broadcast_to(y, bad.shape)[idx]
-                out[idx] = settled(term_wide(xb, yb), xb)
-        else:
-            out = torch.where(bad, settled(term_wide(torch.where(bad, x, 1.0), torch.where(bad, y, 1.0)), x), out)
-        return out.clamp(min=0.0)
+        bad = (~torch.isfinite(out) | torch.isinf(r)) & (x > 0) & (y > 0) & ~edge
+        fixed = term_wide(torch.where(bad, x, 1.0), torch.where(bad, y, 1.0))
+        return torch.where(bad, settled(fixed, x), out).clamp(min=0.0)
 
     return f_tilde, perspective

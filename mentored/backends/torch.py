@@ -129,7 +129,7 @@ def _compile_custom(div) -> _Forms:
     constants = dict(tilt=c, f0=float(info.f0), f_inf=float(info.f_inf), series=tuple(info.series), radius=SERIES_RADIUS)
     program = _program_ops(info)
     if program is not None:
-        f_tilde, perspective = _torch_program.forms(*program, **constants, host_reads=lambda x: _host_reads(x), host_tilde=div.f_tilde)
+        f_tilde, perspective = _torch_program.forms(*program, **constants)
     else:
         f_tilde, perspective = _printed_forms(div, **constants)
     return _Forms(f_tilde, perspective, f_inf_tilde)
