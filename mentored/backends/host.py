@@ -320,8 +320,11 @@ def _perspective(div):
         x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
         with np.errstate(all="ignore"):
             r = x / y
-            out = y * div.f_tilde(np.where(np.isfinite(r), r, 1.0))
-            far = (~np.isfinite(out) | ~np.isfinite(r)) & (x > 0) & (y > 0)
+            out = y * div.f_tilde(np.where(np.isinf(r), 1.0, r))  # (NaN stays NaN)
+            # the perspective's limits: x·f̃∞ at y = 0 or x = ∞ (0 at x = 0, whatever f̃∞)
+            edge = (y == 0) | np.isinf(x)
+            out = np.where(edge, np.where(x == 0, 0.0, x * f_inf), out)
+            far = (~np.isfinite(out) | ~np.isfinite(r)) & (x > 0) & (y > 0) & ~edge
         if far.any():
             if not exact:
                 exact.append(_tilted_terms(div, c))
