@@ -247,7 +247,6 @@ _NAN = math.nan
 _LN2_HI = 6.93147180369123816490e-01  # fdlibm's split: k·ln2_hi is exact for |k| < 2²⁰
 _LN2_LO = 1.90821492927058770002e-10
 _LN10 = 2.30258509299404568402
-_HALF_PI = 1.57079632679489661923
 _DBL_MIN = 2.2250738585072014e-308
 _LOW27 = (1 << 27) - 1
 
@@ -323,50 +322,50 @@ def _prog_binary(op: str, a, b, t):
 
 
 # ---------------------------------------------------------------- extended range: (m, e) pairs
+#
+# v = m·2^e, 0.5 ≤ |m| < 1, e an integer held in a double. The special values keep their m and carry
+# the exponents −2⁴⁰ (0) and +2⁴⁰ (±∞), so that a sum aligns them as it aligns any other (0 vanishes
+# beside anything, ∞ absorbs anything) and no operation needs a case of its own for them: few torch
+# operations per opcode, all on every point. The results are the core's (program.hpp, Wide) to an
+# ulp or so: e^x is e^r·2^k with x = k ln 2 + r wherever the extended range is asked for.
 
-
-def _w_of(v: torch.Tensor):
-    """v as (m, e): 0.5 ≤ |m| < 1, or m one of 0, ±∞, NaN with e = 0."""
-    m, k = torch.frexp(v)
-    special = (v == 0) | ~torch.isfinite(v)
-    return torch.where(special, v, m), torch.where(special, 0.0, k.to(v.dtype))
+_W_BIG = 2.0**40
 
 
 def _w_norm(m, e):
+    """(m, e) normalised: m's own exponent moved into e; 0 and ±∞ given theirs."""
     r, k = torch.frexp(m)
-    special = (m == 0) | ~torch.isfinite(m)
-    return torch.where(special, m, r), torch.where(special, 0.0, e + k.to(m.dtype))
+    e = e + k.to(m.dtype)
+    return r, e.masked_fill_(m == 0, -_W_BIG).masked_fill_(torch.isinf(m), _W_BIG)
+
+
+def _w_of(v):
+    """A float64 tensor in extended range."""
+    r, k = torch.frexp(v)
+    return r, k.to(v.dtype).masked_fill_(v == 0, -_W_BIG).masked_fill_(torch.isinf(v), _W_BIG)
+
+
+def _w_const(v: float, like):
+    m, k = math.frexp(v) if math.isfinite(v) else (v, 0)
+    e = -_W_BIG if v == 0 else _W_BIG if math.isinf(v) else float(k)
+    return torch.full_like(like, m), torch.full_like(like, e)
 
 
 def _w_pick(c, a, b):
     return torch.where(c, a[0], b[0]), torch.where(c, a[1], b[1])
 
 
-def _w_special(a):
-    return (a[0] == 0) | ~torch.isfinite(a[0])
+def _w_value(a) -> torch.Tensor:
+    """(m, e) rounded to a double, in two exact scalings (2^e alone passes DBL_MAX at e = 1024, where
+    m·2^e may not): ±∞ past DBL_MAX, ±0 below the subnormals."""
+    e = a[1].clamp(-1200.0, 1100.0)
+    h = torch.floor(e * 0.5)
+    return torch.ldexp(torch.ldexp(a[0], h), e - h)
 
 
 def _w_in_range(a):
-    """Whether the value is a normal double (or 0, ±∞, NaN), so that double functions see it exactly."""
-    return _w_special(a) | ((a[1] >= -1021) & (a[1] <= 1024))
-
-
-def _w_ldexp(m, e):
-    """m·2^e in two exact scalings (2^e alone passes DBL_MAX at e = 1024, where m·2^e may not)."""
-    h = torch.floor(e * 0.5)
-    return torch.ldexp(torch.ldexp(m, h), e - h)
-
-
-def _w_value(a) -> torch.Tensor:
-    """(m, e) rounded to a double: ±∞ past DBL_MAX, ±0 below the subnormals."""
-    m, e = a
-    v = _w_ldexp(m, e.clamp(-1200.0, 1100.0))
-    v = torch.where(e > 1100, m * _INF, v)
-    return torch.where(_w_special(a), m, v)
-
-
-def _w_const(v: float, like):
-    return _w_of(torch.full_like(like, v))
+    """Whether the value is a normal double, so that double functions see it exactly."""
+    return (a[1] >= -1021) & (a[1] <= 1024)
 
 
 def _w_neg(a):
@@ -374,13 +373,8 @@ def _w_neg(a):
 
 
 def _w_add(a, b):
-    swap = a[1] < b[1]
-    hi, lo = _w_pick(swap, b, a), _w_pick(swap, a, b)
-    d = (hi[1] - lo[1]).clamp(max=1100.0)  # past 1100 the smaller one is below an ulp: 2^−d·m is 0
-    out = _w_norm(hi[0] + _w_ldexp(lo[0], -d), hi[1])
-    out = _w_pick(torch.isfinite(a[0]) & torch.isfinite(b[0]), out, _w_of(a[0] + b[0]))
-    out = _w_pick(b[0] == 0, a, out)
-    return _w_pick(a[0] == 0, b, out)
+    e = torch.maximum(a[1], b[1])
+    return _w_norm(torch.ldexp(a[0], a[1] - e) + torch.ldexp(b[0], b[1] - e), e)
 
 
 def _w_sub(a, b):
@@ -388,91 +382,88 @@ def _w_sub(a, b):
 
 
 def _w_mul(a, b):
-    return _w_pick(_w_special(a) | _w_special(b), _w_of(a[0] * b[0]), _w_norm(a[0] * b[0], a[1] + b[1]))
+    return _w_norm(a[0] * b[0], a[1] + b[1])
 
 
 def _w_div(a, b):
-    return _w_pick(_w_special(a) | _w_special(b), _w_of(a[0] / b[0]), _w_norm(a[0] / b[0], a[1] - b[1]))
+    return _w_norm(a[0] / b[0], a[1] - b[1])
 
 
 def _w_cmp(a, b):
     """−1, 0, 1 for a < b, a = b, a > b; 2 where either is NaN."""
     d = torch.sign(_w_sub(a, b)[0])
-    both_inf = ~torch.isfinite(a[0]) & ~torch.isfinite(b[0])
-    d = torch.where(both_inf, torch.where(a[0] == b[0], 0.0, torch.where(a[0] < b[0], -1.0, torch.ones_like(d))), d)
+    both_inf = torch.isinf(a[0]) & torch.isinf(b[0])  # ∞ − ∞: compared by sign
+    d = torch.where(both_inf, torch.sign(torch.sign(a[0]) - torch.sign(b[0])), d)
     return torch.where(torch.isnan(a[0]) | torch.isnan(b[0]), 2.0, d)
 
 
 def _w_exp(a):
-    """e^x, beyond ±700 as eʳ·2ᵏ with x = k ln 2 + r."""
+    """e^x as e^r·2^k, x = k ln 2 + r; past 2⁵² an ulp of x is more than ln 2 and only 2^k is known,
+    and past DBL_MAX·ln 2 not even k: there e^x is ∞ (or 0), as the core's. (k·ln2_hi is exact below
+    2²⁰·ln 2, and beyond, its rounding is below an ulp of x.)"""
     x = _w_value(a)
     k = torch.round(x / _LN2)
-    # Past 2⁵² an ulp of x is more than ln 2: only 2ᵏ is known. Below 2²⁰·ln 2, k·ln2_hi is exact.
-    r = torch.where(x.abs() < 2.0**52, (x - k * _LN2_HI) - k * _LN2_LO, 0.0)
-    big = _w_norm(torch.exp(r), k)
-    inside = _w_pick((x.abs() < 700.0) | ~torch.isfinite(x), _w_of(torch.exp(x)), big)
-    outside = _w_of(torch.where(a[1] < 0, 1.0, torch.where(a[0] > 0, torch.full_like(x, _INF), 0.0)))  # |x| below DBL_MIN, or past DBL_MAX
-    return _w_pick(_w_in_range(a), inside, outside)
+    r = torch.where(x.abs() < 2.0**52, (x - k * _LN2_HI) - k * _LN2_LO, torch.where(torch.isfinite(k), 0.0, x))
+    return _w_norm(torch.exp(r), k)
 
 
 def _w_log_of(a):
-    """log a for a > 0 outside the double range, as a double."""
+    """log a for a > 0, as a double: e ln 2 + log m (−∞ at 0, ∞ at ∞)."""
     return a[1] * _LN2_HI + (a[1] * _LN2_LO + torch.log(a[0]))
 
 
 def _w_log(a):
-    negative = a[0] < 0
-    direct = _w_of(torch.log(torch.where(negative, _NAN, _w_value(a))))
-    return _w_pick(_w_in_range(a) | negative, direct, _w_of(_w_log_of(a)))
+    return _w_of(torch.where(_w_in_range(a), torch.log(_w_value(a)), _w_log_of(a)))
 
 
 def _w_pow_abs(a, y):
     """|a|^y (y a double): |m|^y·2^(e·y), with e·y split exactly into an integer k and a fraction."""
     e = a[1]
-    ey = e * y
     # y = y_hi + y_lo, y_hi of 26 bits: e·y_hi is exact (|e| < 2²⁷), and e·y_lo within an ulp of itself
-    y_hi = (y.view(torch.int64) & ~_LOW27).view(torch.float64)
+    y_hi = (y.contiguous().view(torch.int64) & ~_LOW27).view(torch.float64)
     p1, p2 = e * y_hi, e * (y - y_hi)
-    k = torch.floor(p1)
-    frac = torch.exp2((p1 - k) + p2)
+    k1, k2 = torch.floor(p1), torch.floor(p2)
+    k = k1 + k2
+    frac = torch.exp2((p1 - k1) + (p2 - k2))  # in [1, 4): finite however large e·y
     am = a[0].abs()
     pm = torch.pow(am, y)
-    ok = torch.isfinite(pm) & (pm.abs() >= _DBL_MIN)
-    direct = _w_mul(_w_norm(pm, k), _w_of(frac))
-    # |y| so large that m^y leaves the doubles: 2^(y·log2 m) in the same way
-    lg = y * torch.log2(am)
-    k2 = torch.floor(lg)
-    split = _w_mul(_w_norm(torch.exp2(lg - k2) * frac, k), _w_norm(torch.ones_like(lg), k2))
-    out = _w_pick(ok, direct, split)
-    return _w_pick(ey.abs() < 1e300, out, _w_of(torch.where(ey > 0, torch.full_like(ey, _INF), 0.0)))
+    lg = y * torch.log2(am)  # where m^y itself leaves the doubles (|y| in the thousands): 2^(y log₂ m)
+    kl = torch.floor(lg)
+    ok = pm >= _DBL_MIN  # (and finite: |m| < 1)
+    out = _w_norm(torch.where(ok, pm, torch.exp2(lg - kl)) * frac, torch.where(ok, k, k + kl))
+    far = ~((e * y).abs() < 1e300)  # e·y past any exponent: ∞ or 0, as the core's
+    return _w_pick(far, _w_of(torch.where(e * y > 0, _INF, torch.zeros_like(y))), out)
 
 
 def _w_pow(a, b):
-    y = _w_value(b)
-    # an exponent past DBL_MAX, or a denormal one (a^b ≈ 1)
-    far = _w_of(torch.where((b[0] == 0) | ~(b[1] > 0), 1.0, torch.pow(_w_value(a), y)))
-    r = torch.pow(_w_value(a), y)
-    direct = _w_in_range(a) & ((torch.isfinite(r) & (r.abs() >= _DBL_MIN)) | _w_special(a) | torch.isnan(r) | (y == 0))
+    x, y = _w_value(a), _w_value(b)
+    r = torch.pow(x, y)
+    special = (a[0] == 0) | ~torch.isfinite(a[0])
+    # the double pow wherever a is a double and a^b one too (or no number: a negative base)
+    direct = (_w_in_range(a) & ((torch.isfinite(r) & (r.abs() >= _DBL_MIN)) | torch.isnan(r) | (y == 0))) | special
+    direct = direct | (b[1] > 1024)  # an exponent past DBL_MAX: 0, 1 or ∞ as the doubles have it
     v = _w_pow_abs(a, y)
-    odd = torch.fmod(y, 2.0) != 0
-    negative = _w_pick(y != torch.floor(y), _w_of(torch.full_like(y, _NAN)), _w_pick(odd, _w_neg(v), v))  # real for integer y only
-    out = _w_pick(a[0] < 0, negative, v)
-    out = _w_pick(_w_special(a), _w_of(torch.pow(a[0], y)), out)
-    out = _w_pick(direct, _w_of(r), out)
-    return _w_pick(_w_in_range(b), out, far)
+    negative = _w_pick(torch.fmod(y, 2.0) != 0, _w_neg(v), v)  # a negative base: real for an integer y only
+    negative = _w_pick(y != torch.floor(y), _w_of(torch.full_like(y, _NAN)), negative)
+    return _w_pick(direct, _w_of(r), _w_pick(a[0] < 0, negative, v))
 
 
 def _w_sqrt(a):
     odd = torch.fmod(a[1], 2.0) != 0
     m = torch.where(odd, a[0] * 2.0, a[0])
     e = torch.where(odd, a[1] - 1.0, a[1])
-    return _w_pick(_w_special(a) | (a[0] < 0), _w_of(torch.sqrt(a[0])), _w_norm(torch.sqrt(m), e * 0.5))
+    return _w_norm(torch.sqrt(m), e * 0.5)
 
 
+# |x| below DBL_MIN: these are x to first order (the double evaluation of a subnormal would lose it)
 _W_TINY_IDENTITY = {"sin", "tan", "arcsin", "arctan", "sinh", "tanh", "arcsinh", "arctanh", "expm1", "log1p"}
 
 
 def _w_unary(op: str, a):
+    """An elementary function in extended range: the double function where the argument is a double
+    (past DBL_MAX it sees ±∞, below the normals ±0, which give the right limits for most), the
+    asymptotic forms beyond: e^|x|/2 for cosh and sinh past 700, log |x| + log 2 for arcsinh and
+    arccosh and log x for log1p past DBL_MAX, x itself below DBL_MIN where f(x) ≈ x."""
     if op == "neg":
         return _w_neg(a)
     if op == "square":
@@ -487,36 +478,31 @@ def _w_unary(op: str, a):
         return _w_exp(a)
     if op == "log":
         return _w_log(a)
+    inside = _w_in_range(a)
+    if op == "log2":
+        return _w_of(torch.where(inside, torch.log2(_w_value(a)), a[1] + torch.log2(a[0])))
+    if op == "log10":
+        return _w_of(torch.where(inside, torch.log10(_w_value(a)), _w_log_of(a) / _LN10))
     x = _w_value(a)
-    fn = _PROG_UNARY[op]
-    inside = _w_of(fn(x))
-    big = (x.abs() >= 700.0) & torch.isfinite(x)
-    if op in ("log2", "log10"):
-        far = _w_of(a[1] + torch.log2(a[0]) if op == "log2" else _w_log_of(a) / _LN10)
-        return _w_pick(~_w_in_range(a) & (a[0] > 0), far, inside)
+    out = _w_of(_PROG_UNARY[op](x))
+    big = x.abs() >= 700.0
     if op == "expm1":
-        inside = _w_pick(big & (x > 0), _w_exp(a), inside)
+        out = _w_pick(big & (x > 0), _w_exp(a), out)
     elif op in ("cosh", "sinh"):
-        v = _w_mul(_w_exp((a[0].abs(), a[1])), _w_const(0.5, x))
-        inside = _w_pick(big, _w_pick(a[0] < 0, _w_neg(v), v) if op == "sinh" else v, inside)
-    # outside the double range: |a| below DBL_MIN (f ≈ its first-order term), or past DBL_MAX
-    s = torch.where(a[0] < 0, -1.0, torch.ones_like(x))
+        v = _w_exp((a[0].abs(), a[1]))
+        v = (v[0] * 0.5, v[1])  # exact: m/2 stays a double, normalised again by any later operation
+        out = _w_pick(big, _w_pick(a[0] < 0, _w_neg(v), v) if op == "sinh" else v, out)
     if op in _W_TINY_IDENTITY:
-        tiny = a
-    elif op in ("cos", "cosh"):
-        tiny = _w_const(1.0, x)
-    elif op == "arccos":
-        tiny = _w_const(_HALF_PI, x)
-    else:
-        tiny = _w_const(_NAN, x)  # arccosh of a number near 0: outside its domain
-    lg = _w_log_of((a[0].abs(), a[1]))
-    huge = {
-        "arctan": s * _HALF_PI, "tanh": s, "sinh": s * _INF, "cosh": torch.full_like(x, _INF),
-        "expm1": torch.where(s > 0, _INF, -torch.ones_like(x)), "arcsinh": s * (lg + _LN2),
-        "arccosh": torch.where(s > 0, lg + _LN2, _NAN), "log1p": torch.where(s > 0, lg, _NAN),
-    }.get(op)
-    huge = _w_of(huge) if huge is not None else _w_const(_NAN, x)  # sin, cos, tan past DBL_MAX; domain errors
-    return _w_pick(_w_in_range(a), inside, _w_pick(a[1] < 0, tiny, huge))
+        out = _w_pick(a[1] < -1021, a, out)
+    huge = a[1] > 1024
+    if op in ("arcsinh", "arccosh", "log1p"):
+        lg = _w_log_of((a[0].abs(), a[1])) + (0.0 if op == "log1p" else _LN2)
+        if op == "arcsinh":
+            lg = torch.where(a[0] < 0, -lg, lg)
+        else:
+            lg = torch.where(a[0] < 0, _NAN, lg)
+        out = _w_pick(huge, _w_of(lg), out)
+    return out
 
 
 def _w_binary(op: str, a, b):
@@ -577,7 +563,7 @@ def _prog_forms(ops: list[str], values: list[float], *, tilt: float, f0: float, 
     evaluation is not finite at a point of (0, ∞) (for the perspective: at x > 0), the point is
     evaluated again in extended range. Both evaluations run on every point and the non-finite ones
     are selected, so that nothing is read back to the host (the solve and a draft tree's verifiers
-    stay queued on a device; the extended range costs about ten operations for each of the program's).
+    stay queued on a device; the extended range costs a few operations for each of the program's).
     Where extended range gives no finite number either and f̃∞ is finite, the bound f̃∞·x stands
     (``settled``); with f̃∞ = ∞ the value stays ∞ or NaN.
     """
@@ -600,7 +586,8 @@ def _prog_forms(ops: list[str], values: list[float], *, tilt: float, f0: float, 
 
     def tilde_wide(t):
         """f̃ in extended range at t = (m, e): f(t) − c(t − 1)."""
-        return _w_sub(_prog_wide(ops, values, t), _w_mul(_w_const(c, t[0]), _w_sub(t, _w_const(1.0, t[0]))))
+        f = _prog_wide(ops, values, t)
+        return f if c == 0 else _w_sub(f, _w_mul(_w_const(c, t[0]), _w_sub(t, _w_const(1.0, t[0]))))
 
     def term_wide(x, y):
         """y·f̃(x/y) in extended range, x/y never rounded to a double; NaN where undefined there."""
