@@ -216,7 +216,7 @@ def _torch_printer(functions):
     """sympy's torch printer, printing the calls named in ``functions`` as plain calls (it refuses unknown functions)."""
     try:
         from sympy.printing.pytorch import TorchPrinter
-    except ImportError:  # sympy before 1.13 prints torch code with its generic printer, which knows user functions
+    except ImportError:  # a sympy without a torch printer: lambdify's generic one prints these calls as they are
         return None
 
     class Printer(TorchPrinter):
@@ -603,12 +603,14 @@ def _prog_forms(ops: list[str], values: list[float], *, tilt: float, f0: float, 
         return torch.where(torch.isnan(fixed) | torch.isinf(fixed), x * f_inf_tilde, fixed)
 
     def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float64)  # (the extended range splits float64 bits)
         out = tilde_plain(x)
         bad = ~torch.isfinite(out) & (x > 0) & (x < _INF)
         fixed = _w_value(tilde_wide(_w_of(torch.where(bad, x, 1.0))))
         return torch.where(bad, settled(fixed, x), out).clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative (NaN stays)
 
     def perspective(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.to(torch.float64), y.to(torch.float64)
         r = x / y
         out = y * tilde_plain(r)
         # the perspective's limits: x·f̃∞ at y = 0 or x = ∞ (0 at x = 0, whatever f̃∞)
