@@ -64,8 +64,8 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
 
     A built-in's come from the core (its f' lives with f̃ there); a user divergence's from its ``fprime``:
     λ = 1/(f'(t_hi) − f'(t_lo)), and λ = ∞ (the certificate then searches) where that difference is
-    within 1e-8 of f's own unit f̃(2) + f̃(1/2), a threshold that scales with f, so that c·f has the
-    dual point (λ/c, μ/c) of f at ε/c for any c > 0.
+    within 1e-8 of f's own unit f̃(2) + f̃(1/2), a threshold that scales with f, so that k·f has the
+    dual point (λ/k, μ) of f at ε/k for any k > 0.
     """
     t_lo, t_hi, binding = map(np.atleast_1d, (t_lo, t_hi, binding))
     if div.compiled is not None:
@@ -76,6 +76,7 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
     d_hi, d_lo = div.fprime(up), div.fprime(down)
     gap = d_hi - d_lo
     unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
+    unit = unit if 0.0 <= unit < np.inf else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = np.where(gap > 1e-8 * unit, 1.0 / gap, np.inf)
         mu = np.where(np.isfinite(lam), -lam * d_lo, np.nan)
