@@ -287,7 +287,6 @@ def test_f_is_evaluated_where_its_printed_form_overflows(monkeypatch):
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["program", "callbacks"])
 def test_an_overflowing_generator_reaches_the_optimum_on_every_path(compiled, monkeypatch):
-    from mentored.check.oracle import OracleSkippedWarning
     from mentored.divergences import program as _program
     from mentored.verify.serving import onehot_acceptance, rejection_sample, tree_verifier
 
@@ -303,8 +302,7 @@ def test_an_overflowing_generator_reaches_the_optimum_on_every_path(compiled, mo
         assert mentored.certify(P3, Q3, sol.pi, d, eps).ok
         assert mentored.MentoredPath(P3, Q3).solve(d, eps).acceptance == pytest.approx(a, abs=1e-9)
     assert_allclose(mentored.MentoredPath(P3, Q3).frontier([0.5, 0.1], divergence=d), list(best.values()), atol=1e-9)
-    with pytest.warns(OracleSkippedWarning, match="no convex form"):  # the oracle has no cvxpy atom for cosh
-        mentored.solve(P3, Q3, divergence=d, budget=0.5, check=True)
+    mentored.solve(P3, Q3, divergence=d, budget=0.5, check=True)  # the oracle states log cosh u as logistic(2u) − u − log 2
     by_acceptance = mentored.solve(P3, Q3, divergence=d, acceptance=best[0.5])
     assert by_acceptance.divergence == pytest.approx(0.5, rel=1e-7)
     # The drafter's token 2 is accepted with probability π_2/q_2 = (A* − 0.5)/0.5.
@@ -438,3 +436,69 @@ def test_the_length_objective_where_the_top_class_rests_at_a_kink(name):
     d = mentored.Divergence.from_sympy(PIECEWISE[name], T, name=name)
     for eps in (0.3, 0.02):
         _each_node_is_the_oracles_optimum(d, _tree_rows(), eps)
+
+
+# ---------------------------------------------------------------- past the float range: the set verifier, duality, the oracle
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["program", "callbacks"])
+def test_the_host_set_verifier_where_the_ratio_or_f_passes_the_float_range(compiled, monkeypatch):
+    # The token-only verifier's largest a with p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)) ≤ ε, for a
+    # tree node on the host and (without a program) onehot_acceptance's bisection: chi2 scaled by k
+    # gives a = p_x + √(ε p_x (1 − p_x)/k) in closed form. At k = 1e-300, p_x = 1e-310 the ratio a/p_x
+    # passes DBL_MAX (ε = 1e7) or f̃(a/p_x) does while the term is ≈ ε (ε = 0.5).
+    from mentored.divergences import program as _program
+    from mentored.verify.serving import onehot_acceptance, tree_verifier
+
+    if not compiled:
+        monkeypatch.setattr(_program, "_ENABLED", False)
+    for k, px, eps in ((200, 1e-170, 0.5), (300, 1e-310, 0.5), (300, 1e-310, 1e7)):
+        d = mentored.Divergence.from_sympy((T - 1) ** 2 / 10**k, T)
+        want = min(1.0, px + np.sqrt(eps * 10.0**k * px * (1 - px)))
+        p = np.array([0.5, 0.5 - px, px])
+        for objective in ("acceptance", "length"):  # one child: the weighted verifier is the set verifier
+            accept, _ = tree_verifier([0, 2], [-1, 0], [2], np.array([p, p]), divergence=d, budget=eps, objective=objective)
+            assert_allclose(accept, [1.0, want], rtol=1e-9, err_msg=f"{k} {px} {eps} {objective}")
+        assert_allclose(onehot_acceptance(np.array([px]), eps, divergence=d), [want], rtol=1e-9)
+
+
+@pytest.mark.parametrize("k", [-200, 200])
+def test_a_scaled_generator_is_certified_where_its_budget_binds(k):
+    # 10^k·chi2 at ε = 10^k·e is chi2 at e: the same π, μ, and λ/10^k. solve(check=True) certifies
+    # it at the solver's dual point, and the certificate's own search over λ (from the point λ = ∞)
+    # reaches λ ≈ 10^−k·λ_chi2 however far that lies from 1.
+    d = mentored.Divergence.from_sympy((T - 1) ** 2 * sp.Integer(10) ** k, T)
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.full(12, 0.5)), rng.dirichlet(np.full(12, 0.5))
+    for pp, qq in ((P3, Q3), (p, q)):
+        for e in (1e-6, 0.3, 100.0):
+            eps = e * 10.0**k
+            ref = mentored.solve(pp, qq, divergence="chi2", budget=e)
+            assert ref.acceptance < 1.0  # the budget binds
+            sol = mentored.solve(pp, qq, divergence=d, budget=eps, check=True)
+            assert sol.acceptance == pytest.approx(ref.acceptance, abs=1e-12)
+            assert sol.lam == pytest.approx(ref.lam / 10.0**k, rel=1e-9) and sol.mu == pytest.approx(ref.mu, rel=1e-9, abs=1e-12)
+            cert = mentored.certify(pp, qq, sol.pi, d, eps, lam=np.inf, mu=np.nan)
+            assert cert.ok, cert
+
+
+def test_the_oracle_states_log_cosh_and_poses_a_tiny_generator_in_its_unit():
+    # log cosh u = logistic(2u) − u − log 2; 10⁻²⁰⁰·(t − 1)² is posed as (t − 1)² at ε·10²⁰⁰ (solvers'
+    # tolerances are absolute: in 10⁻²⁰⁰ units every point meets ε = 0.5), its point judged feasible
+    # relative to that unit. The optima: test_exact_optimum_of_an_overflowing_generator, and chi2's at ε·10²⁰⁰.
+    from mentored.check.oracle import convex_form_error, oracle_solve, oracle_weighted
+
+    logcosh, tiny = mentored.Divergence.from_sympy(LOGCOSH, T), mentored.Divergence.from_sympy(TINY, T)
+    assert convex_form_error(logcosh) is None
+    o = oracle_solve(P3, Q3, logcosh, 0.1)
+    assert o.usable(0.1) and o.acceptance == pytest.approx(0.5917976676753381, abs=1e-7)
+    o = oracle_solve(P3, Q3, tiny, 0.5)  # π = q: D = 2.5e-197
+    assert o.usable(0.5) and o.acceptance == pytest.approx(1.0, abs=1e-5)
+    for e in (0.3, 1.0):
+        o = oracle_solve(P3, Q3, tiny, e * 1e-200)
+        assert o.usable(e * 1e-200) and o.acceptance == pytest.approx(mentored.solve(P3, Q3, divergence="chi2", budget=e).acceptance, abs=1e-7)
+    # a tree node's weighted problem, in the same unit: max Σ w π with weight 2 on token 2
+    w = np.array([0.0, 0.0, 2.0])
+    o = oracle_weighted(P3, w, tiny, 0.3e-200)
+    want = oracle_weighted(P3, w, "chi2", 0.3)
+    assert o.usable(0.3e-200) and want.usable(0.3) and o.acceptance == pytest.approx(want.acceptance, abs=1e-7)

@@ -168,6 +168,105 @@ def test_custom_forms_match_the_numpy_generator():
         assert forms.f_inf_tilde == div.f_inf - div.tilt
 
 
+LOGCOSH = sp.log(sp.cosh(T - 1))  # f∞ = 1; cosh(t − 1) overflows past t ≈ 711
+TINY = (T - 1) ** 2 / 10**200  # (t − 1)² overflows past t ≈ 1.3e154, where f itself is ≤ 1e108
+P3, Q3 = np.array([0.49995, 0.49995, 1e-4]), np.array([0.5, 0.0, 0.5])
+A_LOGCOSH = 0.872586518017585  # A*(0.5) of log cosh on (P3, Q3), tests/test_symbolic.py (40-digit arithmetic)
+
+
+def _term(f, x, y):
+    """y·f̃(x/y) in 40-digit arithmetic, c = f'(1)."""
+    import mpmath
+
+    fn, c = sp.lambdify(T, f, modules="mpmath"), float(sp.diff(f, T).subs(T, 1))
+    with mpmath.workdps(40):
+        x, y = mpmath.mpf(float(x)), mpmath.mpf(float(y))
+        return float(y * (fn(x / y) - c * (x / y - 1)))
+
+
+@pytest.mark.parametrize("code", ["program", "printed"])
+@pytest.mark.parametrize("f", [LOGCOSH, TINY, (T - 1) ** 2 / (T + 1)], ids=["logcosh", "tiny", "triangular"])
+def test_custom_forms_where_the_printed_form_overflows(f, code, monkeypatch, host_reads):
+    # f̃ and the term y·f̃(x/y) to a few ulps wherever they are finite: the printed form overflows on
+    # the way (cosh 719, (5e169)²), x/y passes DBL_MAX (y subnormal), or f̃(x/y) does while the term does
+    # not. "program": the core's program in torch, nothing read back; "printed": a generator without a
+    # program, printed by sympy, whose overflowing points are evaluated on the host.
+    if code == "printed":
+        monkeypatch.setattr(tb, "_program_ops", lambda info: None)
+    div = mentored.Divergence.from_sympy(f, T)
+    forms = tb._torch_forms(div)
+    t = np.array([0.0, 1e-300, 0.5, 1.0, 2.0, 720.0, 1e3, 1e10, 1e155, 5e169, 1e250, 1e300])
+    x = np.array([1e-5, 0.3, 1.0, 0.3, 1.0, 0.5, 1e-3])
+    y = np.array([1e-320, 1e-310, 1e-300, 1e-170, 1e-100, 0.3, 1e-3])
+    with host_reads() as mode:
+        got_f = forms.f_tilde(torch.from_numpy(t))
+        got_term = forms.perspective(torch.from_numpy(x), torch.from_numpy(y))
+    assert code == "printed" or mode.reads == []
+    assert_allclose(got_f.numpy(), div.f_tilde(t), rtol=1e-14, atol=0)
+    assert_allclose(got_term.numpy(), [_term(f, a, b) for a, b in zip(x, y)], rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("printed", [False, True], ids=["program", "printed"])
+def test_a_max_generator_compiles_for_torch(printed, rng, monkeypatch):
+    # Max and Min reach torch as torch.maximum/minimum, from the core's program or, for a generator
+    # whose code has no program, from sympy's torch printing (which knows neither by itself)
+    if printed:
+        monkeypatch.setattr(tb, "_program_ops", lambda info: None)
+    div = mentored.Divergence.from_sympy(sp.Max((T - 1) ** 2, 4 * (T - 1) ** 2 - 3 * (T - 1)), T, name="max")
+    forms = tb._torch_forms(div)
+    t = np.array([0.0, 1e-8, 0.5, 1.0, 1.5, 2.0, 2.5, 1e8, 1e200])
+    assert_allclose(forms.f_tilde(torch.from_numpy(t)).numpy(), div.f_tilde(t), rtol=1e-14, atol=0)
+    p, q = _rows(rng, R=3, V=40)
+    for budget in (0.01, 0.3):
+        ref = mentored.solve(p, q, divergence=div, budget=budget)
+        got = tb._solve(torch.from_numpy(p), torch.from_numpy(q), divergence=div, budget=budget).numpy()
+        assert_allclose(got, ref.pi, rtol=0, atol=1e-12)
+
+
+def test_the_programs_extended_range_is_40_digit_arithmetic():
+    # The core's program run by torch in extended range, against mpmath on a grid of t over 600
+    # decades: to 1e-13 wherever f(t) is a normal double, however far its printed form's
+    # intermediate values pass DBL_MAX or underflow (e^t, t^t, 2^u + 3^u, (t² + 1)^½ at t = 1e300).
+    import mpmath
+    from types import SimpleNamespace
+
+    from mentored.divergences.program import source, translate
+
+    names = {int(v): k for k, v in mentored._core.Op.__members__.items()}
+    exprs = [LOGCOSH, TINY, sp.sqrt(T**2 + 1), T ** sp.Rational(5, 2), T ** sp.Rational(1, 3) * 10**100, sp.log(1 + sp.exp(T)),
+             sp.asinh(T**2), sp.Max(T**2, 3 * T) / 10**250, sp.Min(T**3, T**2), sp.Piecewise((T**2, T < 5), (T**3, True)),
+             10**-300 / T**3, (T - 1) ** 4, T ** sp.Float(2.7), T + sp.exp(-(T**2)), sp.tanh(T) * T**2, sp.log(T) ** 2,
+             T**T / 10**300, (sp.exp(T) - T) / 10**300, sp.cosh(sp.sqrt(T)), 2**T, sp.log(2 ** (T / 10**10) + 3 ** (T / 10**10)), sp.Abs(T - 3) ** 3]
+    t = np.concatenate([np.geomspace(1e-300, 1e300, 601), np.linspace(1.0, 2000.0, 97)])
+    for f in exprs:
+        code, name, namespace = source(SimpleNamespace(expr=f, t=T))
+        ops, values = translate(code, name, namespace)
+        got = tb._w_value(tb._prog_wide([names[o] for o in ops], values, tb._w_of(torch.from_numpy(t)))).numpy()
+        fn = sp.lambdify(T, f, modules="mpmath")
+        with mpmath.workdps(40):
+            want = np.array([float(fn(mpmath.mpf(float(x)))) for x in t])
+        normal = np.isfinite(want) & (np.abs(want) >= 2.3e-308)
+        assert_allclose(got[normal], want[normal], rtol=1e-13, atol=0, err_msg=str(f))
+
+
+def test_an_overflowing_generator_reaches_the_cores_optimum_on_the_torch_path(monkeypatch):
+    from mentored.verify.serving import rejection_sample
+
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # CPU tensors solved by the torch algorithm
+    div = mentored.Divergence.from_sympy(LOGCOSH, T, name="logcosh")
+    assert mentored.solve(P3, Q3, divergence=div, budget=0.5).acceptance == pytest.approx(A_LOGCOSH, abs=1e-9)
+    sol = mentored.solve(torch.from_numpy(P3), torch.from_numpy(Q3), divergence=div, budget=0.5)
+    assert isinstance(sol.pi, torch.Tensor) and sol.acceptance == pytest.approx(A_LOGCOSH, abs=1e-9)
+    pi = tb._solve(torch.from_numpy(P3[None]), torch.from_numpy(Q3[None]), divergence=div, budget=0.5)[0].numpy()
+    assert np.minimum(pi, Q3).sum() == pytest.approx(A_LOGCOSH, abs=1e-9)
+    # The drafter's token 2 is accepted with probability π_2/q_2 = (A* − 0.5)/0.5.
+    ratio = (A_LOGCOSH - 0.5) / 0.5
+    for u0, accepted in ((ratio - 1e-3, True), (ratio + 1e-3, False)):
+        out = rejection_sample(torch.tensor([2]), [1], torch.from_numpy(Q3[None]), torch.from_numpy(P3[None]), torch.tensor([[0]]),
+                               divergence=div, budget=0.5, uniforms=torch.tensor([[u0, 0.5]], dtype=torch.float64))
+        assert isinstance(out, torch.Tensor) and (int(out[0, 0]) == 2) == accepted
+
+
 class _HostSync(RuntimeError):
     pass
 

@@ -308,15 +308,60 @@ def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) 
 
 
 def _perspective(div):
-    """y·f̃(x/y) (y > 0) of a user generator, in numpy; its limit y·f̃∞·(x/y) where x/y overflows."""
-    f_inf = div.f_inf - div.tilt
+    """y·f̃(x/y) (y > 0, x ≥ 0) of a user generator, in numpy: y·f̃(x/y) wherever x/y and the product
+    are finite (``div.f_tilde`` is exact up to DBL_MAX, where the printed form of f overflows too);
+    where x/y or f̃(x/y) passes DBL_MAX (a tiny y), the term y·f(x/y) − c(x − y) in 30-digit
+    arithmetic, which is finite wherever the term is; where f cannot be evaluated there, the bound
+    f̃∞·x (the term is at most f̃∞·(x − y) by convexity), ∞ when f̃∞ = ∞."""
+    c, f_inf = div.tilt, div.f_inf - div.tilt
+    exact = []  # f in 30-digit arithmetic, compiled on first use: most rows never need it
 
     def term(x, y):
-        r = x / y
-        huge = r > 1e100
-        return np.where(huge, x * f_inf if np.isfinite(f_inf) else np.inf, y * div.f_tilde(np.where(huge, 1.0, r)))
+        x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+        with np.errstate(all="ignore"):
+            r = x / y
+            out = y * div.f_tilde(np.where(np.isinf(r), 1.0, r))  # (NaN stays NaN)
+            # the perspective's limits: x·f̃∞ at y = 0 or x = ∞ (0 at x = 0, whatever f̃∞)
+            edge = (y == 0) | np.isinf(x)
+            out = np.where(edge, np.where(x == 0, 0.0, x * f_inf), out)
+            far = (~np.isfinite(out) | ~np.isfinite(r)) & (x > 0) & (y > 0) & ~edge
+        if far.any():
+            if not exact:
+                exact.append(_tilted_terms(div, c))
+            fixed = exact[0](x[far], y[far])
+            out = np.array(out, copy=True)
+            out[far] = np.where(np.isnan(fixed), x[far] * f_inf if np.isfinite(f_inf) else np.inf, fixed)
+        return out
 
     return term
+
+
+def _tilted_terms(div, c):
+    """(x, y) ↦ y·f(x/y) − c(x − y), elementwise in 30-digit arithmetic (mpmath: no exponent overflows),
+    rounded to doubles; NaN where f cannot be evaluated there (or ``div`` has no sympy generator)."""
+    import mpmath
+
+    info = div.symbolic
+    if info is None:
+        return lambda x, y: np.full(np.shape(x), np.nan)
+    import sympy as sp
+
+    fn = sp.lambdify(info.t, info.expr, modules="mpmath")
+
+    def call(x, y):
+        out = np.empty(np.shape(x))
+        with mpmath.workdps(30):
+            cm = mpmath.mpf(c)
+            for i, (a, b) in enumerate(zip(np.ravel(x), np.ravel(y))):
+                try:
+                    a, b = mpmath.mpf(float(a)), mpmath.mpf(float(b))
+                    v = b * fn(a / b) - cm * (a - b)
+                    out.flat[i] = float(v.real) if isinstance(v, mpmath.mpc) and v.imag == 0 else float(v)
+                except (TypeError, ValueError, ArithmeticError):  # complex, or a function mpmath lacks
+                    out.flat[i] = np.nan
+        return out
+
+    return call
 
 
 _RNG = np.random.default_rng()  # unseeded requests on numpy input (CPU tensors: torch's global RNG)

@@ -108,7 +108,99 @@ def _torch_forms(div) -> _Forms:
     return forms
 
 
-def _reduce(op):
+def _compile_custom(div) -> _Forms:
+    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``).
+
+    The core's expression program (:mod:`mentored.divergences.program`: the numpy code sympy prints
+    for f, translated opcode by opcode) run by torch, in doubles and, where the printed form
+    overflows, in extended range (``_prog_forms``), so that f̃ and
+    p·f̃(π/p) are the core's and numpy's wherever they are finite. A generator whose code does not
+    translate (a function the program lacks, e.g. ``erf``) is printed by sympy for torch instead, and
+    its non-finite values at points of (0, ∞) are evaluated on the host (numpy's f̃).
+    """
+    info = div.symbolic
+    if info is None:
+        raise ValueError(
+            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
+            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
+        )
+    c, f_inf_tilde = float(info.tilt), float(info.f_inf) - float(info.tilt)
+    constants = dict(tilt=c, f0=float(info.f0), f_inf=float(info.f_inf), series=tuple(info.series), radius=SERIES_RADIUS)
+    program = _program_ops(info)
+    if program is not None:
+        f_tilde, perspective = _prog_forms(*program, **constants)
+    else:
+        f_tilde, perspective = _printed_forms(div, **constants)
+    return _Forms(f_tilde, perspective, f_inf_tilde)
+
+
+def _program_ops(info):
+    """(opcode names, values) of the core's program for a generator, or None where its code does not translate."""
+    from ..divergences.program import compile_info, source, translate
+
+    if compile_info(info) is None:
+        return None
+    ops, values = translate(*source(info))
+    names = {int(v): k for k, v in _core.Op.__members__.items()}
+    return [names[op] for op in ops], values
+
+
+def _printed_forms(div, *, tilt, f0, f_inf, series, radius):
+    """(f̃, perspective) from sympy's torch printing of f, for a generator without a program: Max and
+    Min as torch.maximum/minimum, and where f̃ or the term is not finite at x > 0, numpy's f̃ on the
+    host (30-digit arithmetic where the printed form overflows; a read-back, on a device too)."""
+    import sympy as sp
+
+    info = div.symbolic
+    reduce = {"mentored_torch_max": torch.maximum, "mentored_torch_min": torch.minimum}
+    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
+    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
+    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
+    fn = sp.lambdify(info.t, expr, modules=[{k: _folded(op) for k, op in reduce.items()}, "torch"], printer=_torch_printer(reduce))
+    c = tilt
+    f_inf_tilde = f_inf - c
+    at0 = f0 + c  # f̃(0) = f(0) + c
+    at_inf = _INF if f_inf_tilde > 0 else 0.0
+
+    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        inside = (x > 0) & (x < _INF)
+        xs = torch.where(inside, x, 1.0)
+        h = xs - 1.0
+        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
+        near = torch.zeros_like(inside)
+        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
+            acc = torch.zeros_like(h)
+            for a in reversed(series):
+                acc = (acc + a) * h
+            near = h.abs() < radius
+            out = torch.where(near, acc * h, out)
+        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
+        bad = ~torch.isfinite(out) & inside & ~near
+        if bool(bad.any()):
+            idx = bad.nonzero(as_tuple=True)
+            out = out.index_put(idx, torch.as_tensor(div.f_tilde(x[idx].cpu().numpy()), dtype=out.dtype, device=out.device))
+        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
+
+    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        r = pi / p
+        out = p * f_tilde(r)
+        bad = (~torch.isfinite(out) | torch.isinf(r)) & (pi > 0) & (p > 0)
+        if bool(bad.any()):  # y·f(x/y) − c(x − y) with y·f(x/y) in 30-digit arithmetic; the bound f̃∞·x where it fails
+            from ..divergences.symbolic import exact_perspective
+
+            idx = bad.nonzero(as_tuple=True)
+            xb, yb = (torch.broadcast_to(a, bad.shape)[idx].cpu().numpy() for a in (pi, p))
+            exact = exact_perspective(info, xb, yb) - c * (xb - yb)
+            exact = np.where(np.isnan(exact), f_inf_tilde * xb if math.isfinite(f_inf_tilde) else _INF, exact)
+            out = out.index_put(idx, torch.as_tensor(exact, dtype=out.dtype, device=out.device))
+        return out.clamp(min=0.0)
+
+    return f_tilde, perspective
+
+
+def _folded(op):
+    """op folded over its arguments (Max and Min take any number), Python numbers as float64 tensors."""
+
     def call(*args):
         ref = next((a for a in args if isinstance(a, torch.Tensor)), None)
         vals = [a if isinstance(a, torch.Tensor) else torch.as_tensor(float(a), dtype=torch.float64, device=getattr(ref, "device", None)) for a in args]
@@ -120,49 +212,416 @@ def _reduce(op):
     return call
 
 
-def _compile_custom(div) -> _Forms:
-    """f̃ and its perspective in torch from the sympy generator of ``div`` (``div.symbolic``)."""
-    import sympy as sp
+def _torch_printer(functions):
+    """sympy's torch printer, printing the calls named in ``functions`` as plain calls (it refuses unknown functions)."""
+    try:
+        from sympy.printing.pytorch import TorchPrinter
+    except ImportError:  # a sympy without a torch printer: lambdify's generic one prints these calls as they are
+        return None
 
-    info = div.symbolic
-    if info is None:
-        raise ValueError(
-            f"divergence {div.name!r} has no sympy generator, so the torch backend cannot compile it; "
-            "build it with Divergence.from_sympy, or pass numpy arrays to mentored.solve"
-        )
-    t = info.t
-    # Max/Min as plain calls to torch.maximum/minimum (sympy's torch printer maps them to builtins).
-    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
-    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
-    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
-    fn = sp.lambdify(t, expr, modules=[{"mentored_torch_max": _reduce(torch.maximum), "mentored_torch_min": _reduce(torch.minimum)}, "torch"])
-    c, f0, series = float(info.tilt), float(info.f0), tuple(info.series)
-    f_inf_tilde = float(info.f_inf) - c
-    at0 = f0 + c  # f̃(0) = f(0) + c
+    class Printer(TorchPrinter):
+        def _print_Function(self, expr):
+            name = type(expr).__name__
+            if name in functions:
+                return f"{name}({', '.join(self._print(a) for a in expr.args)})"
+            return super()._print_Function(expr)
+
+    return Printer({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                    "user_functions": {k: k for k in functions}})
+
+
+# ---------------------------------------------------------------- a user generator's program in torch
+#
+# The core's expression program (mentored.divergences.program: the numpy code sympy prints for f(t),
+# translated opcode by opcode; cpp/mentored/program.hpp runs it) run twice over, on tensors of any
+# device: in doubles (_prog_plain), one torch operation per opcode, f(t) as numpy computes it; and in
+# extended range (_prog_wide), every value a pair (m, e), v = m·2^e with 0.5 ≤ |m| < 1 and e an integer
+# held in a double, so that nothing overflows or underflows on the way: the core's Wide evaluation,
+# operation for operation (its elementary functions take their double versions wherever argument and
+# result are doubles, and their asymptotic forms only beyond). _prog_forms builds f̃ and y·f̃(x/y) from
+# them as SymbolicInfo.f_tilde does (limits at 0 and ∞, the Taylor series at 1), with the points where
+# the doubles overflow (cosh(t − 1) past t ≈ 711 inside log(cosh(t − 1))) evaluated in extended range:
+# f̃ is ∞ only where it passes DBL_MAX itself, and the term only where it does.
+
+_NAN = math.nan
+_LN2_HI = 6.93147180369123816490e-01  # fdlibm's split: k·ln2_hi is exact for |k| < 2²⁰
+_LN2_LO = 1.90821492927058770002e-10
+_LN10 = 2.30258509299404568402
+_DBL_MIN = 2.2250738585072014e-308
+_LOW27 = (1 << 27) - 1
+
+_PROG_UNARY: dict[str, Callable] = {
+    "neg": torch.neg, "square": lambda a: a * a, "sqrt": torch.sqrt, "abs": torch.abs,
+    "sign": lambda a: torch.where(torch.isnan(a), a, torch.sign(a)),  # numpy's: NaN stays NaN
+    "exp": torch.exp, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p, "log2": torch.log2,
+    "log10": torch.log10, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "arcsin": torch.asin,
+    "arccos": torch.acos, "arctan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh,
+    "arcsinh": torch.asinh, "arccosh": torch.acosh, "arctanh": torch.atanh,
+}
+_PROG_COMPARE = {
+    "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b, "greater": lambda a, b: a > b,
+    "greater_equal": lambda a, b: a >= b, "equal": lambda a, b: a == b, "not_equal": lambda a, b: a != b,
+}
+
+
+# ---------------------------------------------------------------- doubles
+
+
+def _prog_tensor(a, like: torch.Tensor) -> torch.Tensor:
+    """A constant of the program (a Python float) as a float64 tensor of ``like``'s shape and device."""
+    return a if isinstance(a, torch.Tensor) else torch.full_like(like, float(a))
+
+
+def _prog_plain(ops: list[str], values: list[float], t: torch.Tensor) -> torch.Tensor:
+    """f(t) as the printed numpy code computes it (float64 ``t``, any device): IEEE arithmetic and
+    torch's elementary functions, within an ulp of numpy's."""
+    stack: list = []
+    for op, v in zip(ops, values):
+        if op == "constant":
+            stack.append(v)  # a Python float: the program folds every subexpression free of t
+        elif op == "t":
+            stack.append(t)
+        elif op == "where":
+            c, a, b = stack[-3:]
+            del stack[-3:]
+            if not isinstance(c, torch.Tensor):
+                stack.append(a if c != 0 else b)
+            else:
+                stack.append(torch.where(c != 0, _prog_tensor(a, t), b))
+        elif op in _PROG_UNARY:
+            stack.append(_PROG_UNARY[op](stack.pop()))
+        else:
+            b = stack.pop()
+            a = stack.pop()
+            stack.append(_prog_binary(op, a, b, t))
+    return _prog_tensor(stack[0], t)
+
+
+def _prog_binary(op: str, a, b, t):
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        return a / b
+    if op == "pow":
+        return torch.pow(a, b)
+    if op == "maximum":  # numpy's: NaN where either is (torch.maximum's too)
+        return torch.maximum(_prog_tensor(a, t), _prog_tensor(b, t))
+    if op == "minimum":
+        return torch.minimum(_prog_tensor(a, t), _prog_tensor(b, t))
+    if op in _PROG_COMPARE:
+        return _PROG_COMPARE[op](_prog_tensor(a, t), b).to(t.dtype)
+    if op == "logical_and":
+        return ((_prog_tensor(a, t) != 0) & (_prog_tensor(b, t) != 0)).to(t.dtype)
+    if op == "logical_or":
+        return ((_prog_tensor(a, t) != 0) | (_prog_tensor(b, t) != 0)).to(t.dtype)
+    raise ValueError(f"unknown opcode {op!r}")
+
+
+# ---------------------------------------------------------------- extended range: (m, e) pairs
+#
+# v = m·2^e, 0.5 ≤ |m| < 1, e an integer held in a double. The special values keep their m and carry
+# the exponents −2⁴⁰ (0) and +2⁴⁰ (±∞), so that a sum aligns them as it aligns any other (0 vanishes
+# beside anything, ∞ absorbs anything) and no operation needs a case of its own for them: few torch
+# operations per opcode, all on every point. The results are the core's (program.hpp, Wide) to an
+# ulp or so: e^x is e^r·2^k with x = k ln 2 + r wherever the extended range is asked for.
+
+_W_BIG = 2.0**40
+
+
+def _w_norm(m, e):
+    """(m, e) normalised: m's own exponent moved into e; 0 and ±∞ given theirs."""
+    r, k = torch.frexp(m)
+    e = e + k.to(m.dtype)
+    return r, e.masked_fill_(m == 0, -_W_BIG).masked_fill_(torch.isinf(m), _W_BIG)
+
+
+def _w_of(v):
+    """A float64 tensor in extended range."""
+    r, k = torch.frexp(v)
+    return r, k.to(v.dtype).masked_fill_(v == 0, -_W_BIG).masked_fill_(torch.isinf(v), _W_BIG)
+
+
+def _w_const(v: float, like):
+    m, k = math.frexp(v) if math.isfinite(v) else (v, 0)
+    e = -_W_BIG if v == 0 else _W_BIG if math.isinf(v) else float(k)
+    return torch.full_like(like, m), torch.full_like(like, e)
+
+
+def _w_pick(c, a, b):
+    return torch.where(c, a[0], b[0]), torch.where(c, a[1], b[1])
+
+
+def _w_value(a) -> torch.Tensor:
+    """(m, e) rounded to a double, in two exact scalings (2^e alone passes DBL_MAX at e = 1024, where
+    m·2^e may not): ±∞ past DBL_MAX, ±0 below the subnormals."""
+    e = a[1].clamp(-1200.0, 1100.0)
+    h = torch.floor(e * 0.5)
+    return torch.ldexp(torch.ldexp(a[0], h), e - h)
+
+
+def _w_in_range(a):
+    """Whether the value is a normal double, so that double functions see it exactly."""
+    return (a[1] >= -1021) & (a[1] <= 1024)
+
+
+def _w_neg(a):
+    return -a[0], a[1]
+
+
+def _w_add(a, b):
+    e = torch.maximum(a[1], b[1])
+    return _w_norm(torch.ldexp(a[0], a[1] - e) + torch.ldexp(b[0], b[1] - e), e)
+
+
+def _w_sub(a, b):
+    return _w_add(a, _w_neg(b))
+
+
+def _w_mul(a, b):
+    return _w_norm(a[0] * b[0], a[1] + b[1])
+
+
+def _w_div(a, b):
+    return _w_norm(a[0] / b[0], a[1] - b[1])
+
+
+def _w_cmp(a, b):
+    """−1, 0, 1 for a < b, a = b, a > b; 2 where either is NaN."""
+    d = torch.sign(_w_sub(a, b)[0])
+    both_inf = torch.isinf(a[0]) & torch.isinf(b[0])  # ∞ − ∞: compared by sign
+    d = torch.where(both_inf, torch.sign(torch.sign(a[0]) - torch.sign(b[0])), d)
+    return torch.where(torch.isnan(a[0]) | torch.isnan(b[0]), 2.0, d)
+
+
+def _w_exp(a):
+    """e^x as e^r·2^k, x = k ln 2 + r; past 2⁵² an ulp of x is more than ln 2 and only 2^k is known,
+    and past DBL_MAX·ln 2 not even k: there e^x is ∞ (or 0), as the core's. (k·ln2_hi is exact below
+    2²⁰·ln 2, and beyond, its rounding is below an ulp of x.)"""
+    x = _w_value(a)
+    k = torch.round(x / _LN2)
+    r = torch.where(x.abs() < 2.0**52, (x - k * _LN2_HI) - k * _LN2_LO, torch.where(torch.isfinite(k), 0.0, x))
+    return _w_norm(torch.exp(r), k)
+
+
+def _w_log_of(a):
+    """log a for a > 0, as a double: e ln 2 + log m (−∞ at 0, ∞ at ∞)."""
+    return a[1] * _LN2_HI + (a[1] * _LN2_LO + torch.log(a[0]))
+
+
+def _w_log(a):
+    return _w_of(torch.where(_w_in_range(a), torch.log(_w_value(a)), _w_log_of(a)))
+
+
+def _w_pow_abs(a, y):
+    """|a|^y (y a double): |m|^y·2^(e·y), with e·y split exactly into an integer k and a fraction."""
+    e = a[1]
+    # y = y_hi + y_lo, y_hi of 26 bits: e·y_hi is exact (|e| < 2²⁷), and e·y_lo within an ulp of itself
+    y_hi = (y.contiguous().view(torch.int64) & ~_LOW27).view(torch.float64)
+    p1, p2 = e * y_hi, e * (y - y_hi)
+    k1, k2 = torch.floor(p1), torch.floor(p2)
+    k = k1 + k2
+    frac = torch.exp2((p1 - k1) + (p2 - k2))  # in [1, 4): finite however large e·y
+    am = a[0].abs()
+    pm = torch.pow(am, y)
+    lg = y * torch.log2(am)  # where m^y itself leaves the doubles (|y| in the thousands): 2^(y log₂ m)
+    kl = torch.floor(lg)
+    ok = pm >= _DBL_MIN  # (and finite: |m| < 1)
+    out = _w_norm(torch.where(ok, pm, torch.exp2(lg - kl)) * frac, torch.where(ok, k, k + kl))
+    far = ~((e * y).abs() < 1e300)  # e·y past any exponent: ∞ or 0, as the core's
+    return _w_pick(far, _w_of(torch.where(e * y > 0, _INF, torch.zeros_like(y))), out)
+
+
+def _w_pow(a, b):
+    x, y = _w_value(a), _w_value(b)
+    r = torch.pow(x, y)
+    special = (a[0] == 0) | ~torch.isfinite(a[0])
+    # the double pow wherever a is a double and a^b one too (or no number: a negative base)
+    direct = (_w_in_range(a) & ((torch.isfinite(r) & (r.abs() >= _DBL_MIN)) | torch.isnan(r) | (y == 0))) | special
+    direct = direct | (b[1] > 1024)  # an exponent past DBL_MAX: 0, 1 or ∞ as the doubles have it
+    v = _w_pow_abs(a, y)
+    negative = _w_pick(torch.fmod(y, 2.0) != 0, _w_neg(v), v)  # a negative base: real for an integer y only
+    negative = _w_pick(y != torch.floor(y), _w_of(torch.full_like(y, _NAN)), negative)
+    return _w_pick(direct, _w_of(r), _w_pick(a[0] < 0, negative, v))
+
+
+def _w_sqrt(a):
+    odd = torch.fmod(a[1], 2.0) != 0
+    m = torch.where(odd, a[0] * 2.0, a[0])
+    e = torch.where(odd, a[1] - 1.0, a[1])
+    return _w_norm(torch.sqrt(m), e * 0.5)
+
+
+# |x| below DBL_MIN: these are x to first order (the double evaluation of a subnormal would lose it)
+_W_TINY_IDENTITY = {"sin", "tan", "arcsin", "arctan", "sinh", "tanh", "arcsinh", "arctanh", "expm1", "log1p"}
+
+
+def _w_unary(op: str, a):
+    """An elementary function in extended range: the double function where the argument is a double
+    (past DBL_MAX it sees ±∞, below the normals ±0, which give the right limits for most), the
+    asymptotic forms beyond: e^|x|/2 for cosh and sinh past 700, log |x| + log 2 for arcsinh and
+    arccosh and log x for log1p past DBL_MAX, x itself below DBL_MIN where f(x) ≈ x."""
+    if op == "neg":
+        return _w_neg(a)
+    if op == "square":
+        return _w_mul(a, a)
+    if op == "sqrt":
+        return _w_sqrt(a)
+    if op == "abs":
+        return a[0].abs(), a[1]
+    if op == "sign":
+        return _w_of(_PROG_UNARY["sign"](a[0]))
+    if op == "exp":
+        return _w_exp(a)
+    if op == "log":
+        return _w_log(a)
+    inside = _w_in_range(a)
+    if op == "log2":
+        return _w_of(torch.where(inside, torch.log2(_w_value(a)), a[1] + torch.log2(a[0])))
+    if op == "log10":
+        return _w_of(torch.where(inside, torch.log10(_w_value(a)), _w_log_of(a) / _LN10))
+    x = _w_value(a)
+    out = _w_of(_PROG_UNARY[op](x))
+    big = x.abs() >= 700.0
+    if op == "expm1":
+        out = _w_pick(big & (x > 0), _w_exp(a), out)
+    elif op in ("cosh", "sinh"):
+        v = _w_exp((a[0].abs(), a[1]))
+        v = (v[0] * 0.5, v[1])  # exact: m/2 stays a double, normalised again by any later operation
+        out = _w_pick(big, _w_pick(a[0] < 0, _w_neg(v), v) if op == "sinh" else v, out)
+    if op in _W_TINY_IDENTITY:
+        out = _w_pick(a[1] < -1021, a, out)
+    huge = a[1] > 1024
+    if op in ("arcsinh", "arccosh", "log1p"):
+        lg = _w_log_of((a[0].abs(), a[1])) + (0.0 if op == "log1p" else _LN2)
+        if op == "arcsinh":
+            lg = torch.where(a[0] < 0, -lg, lg)
+        else:
+            lg = torch.where(a[0] < 0, _NAN, lg)
+        out = _w_pick(huge, _w_of(lg), out)
+    return out
+
+
+def _w_binary(op: str, a, b):
+    if op == "add":
+        return _w_add(a, b)
+    if op == "sub":
+        return _w_sub(a, b)
+    if op == "mul":
+        return _w_mul(a, b)
+    if op == "div":
+        return _w_div(a, b)
+    if op == "pow":
+        return _w_pow(a, b)
+    if op == "logical_and":
+        return _w_of(((a[0] != 0) & (b[0] != 0)).to(a[0].dtype))
+    if op == "logical_or":
+        return _w_of(((a[0] != 0) | (b[0] != 0)).to(a[0].dtype))
+    c = _w_cmp(a, b)
+    nan = c == 2
+    if op == "maximum":
+        return _w_pick(nan, _w_of(torch.full_like(c, _NAN)), _w_pick(c < 0, b, a))
+    if op == "minimum":
+        return _w_pick(nan, _w_of(torch.full_like(c, _NAN)), _w_pick(c > 0, b, a))
+    hit = {"less": c == -1, "less_equal": (c == -1) | (c == 0), "greater": c == 1, "greater_equal": (c == 1) | (c == 0),
+           "equal": c == 0, "not_equal": c != 0}[op]
+    return _w_of(hit.to(c.dtype))
+
+
+def _prog_wide(ops: list[str], values: list[float], t):
+    """f at points given in extended range, ``t`` an (m, e) pair of float64 tensors (t may pass DBL_MAX)."""
+    stack: list = []
+    for op, v in zip(ops, values):
+        if op == "constant":
+            stack.append(_w_const(v, t[0]))
+        elif op == "t":
+            stack.append(t)
+        elif op == "where":
+            c, a, b = stack[-3:]
+            del stack[-3:]
+            stack.append(_w_pick(c[0] != 0, a, b))
+        elif op in _PROG_UNARY:
+            stack.append(_w_unary(op, stack.pop()))
+        else:
+            b = stack.pop()
+            a = stack.pop()
+            stack.append(_w_binary(op, a, b))
+    return stack[0]
+
+
+# ---------------------------------------------------------------- f̃ and its perspective
+
+
+def _prog_forms(ops: list[str], values: list[float], *, tilt: float, f0: float, f_inf: float, series: tuple, radius: float):
+    """(f̃, perspective) of a program: f̃(t) on [0, ∞] and y·f̃(x/y) for y ≥ 0, x ≥ 0, on float64 tensors.
+
+    ``tilt`` c, ``f0`` f(0⁺), ``f_inf`` f∞ (untilted, as :class:`~mentored.divergences.symbolic.SymbolicInfo`),
+    ``series`` the Taylor coefficients of f̃ at 1 used where |t − 1| < ``radius``. Where the double
+    evaluation is not finite at a point of (0, ∞) (for the perspective: at x > 0), the point is
+    evaluated again in extended range. Both evaluations run on every point and the non-finite ones
+    are selected, so that nothing is read back to the host (the solve and a draft tree's verifiers
+    stay queued on a device; the extended range costs a few operations for each of the program's).
+    Where extended range gives no finite number either and f̃∞ is finite, the bound f̃∞·x stands
+    (``settled``); with f̃∞ = ∞ the value stays ∞ or NaN.
+    """
+    c = float(tilt)
+    f_inf_tilde = float(f_inf) - c
+    at0 = float(f0) + c  # f̃(0) = f(0) + c
     at_inf = _INF if f_inf_tilde > 0 else 0.0
-    radius = SERIES_RADIUS
 
-    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+    def tilde_plain(x: torch.Tensor) -> torch.Tensor:
         inside = (x > 0) & (x < _INF)
         xs = torch.where(inside, x, 1.0)
         h = xs - 1.0
-        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
+        out = _prog_plain(ops, values, xs) - c * h
         if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
             acc = torch.zeros_like(h)
             for a in reversed(series):
                 acc = (acc + a) * h
             out = torch.where(h.abs() < radius, acc * h, out)
-        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
-        return out.clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative
+        return torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
 
-    def perspective(pi: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        r = pi / p
-        out = p * f_tilde(r)
-        if math.isfinite(f_inf_tilde):  # π/p past DBL_MAX (p denormal): the limit π·f̃∞
-            out = torch.where(torch.isinf(r), pi * f_inf_tilde, out)
-        return out
+    def tilde_wide(t):
+        """f̃ in extended range at t = (m, e): f(t) − c(t − 1)."""
+        f = _prog_wide(ops, values, t)
+        return f if c == 0 else _w_sub(f, _w_mul(_w_const(c, t[0]), _w_sub(t, _w_const(1.0, t[0]))))
 
-    return _Forms(f_tilde, perspective, f_inf_tilde)
+    def term_wide(x, y):
+        """y·f̃(x/y) in extended range, x/y never rounded to a double; NaN where undefined there."""
+        xw, yw = _w_of(x), _w_of(y)
+        return _w_value(_w_mul(yw, tilde_wide(_w_div(xw, yw))))
+
+    def settled(fixed, x):
+        """A value of extended range where it is a number; else, with f̃∞ finite, its bound f̃∞·x: the
+        term is then at most f̃∞·x, and within y·|g(x/y)| of it, g(t) = f̃(t) − f̃∞t = o(t), for a point
+        whose exponent itself passes the doubles' (x/y or e^(x/y) beyond 2^(DBL_MAX))."""
+        if not math.isfinite(f_inf_tilde):
+            return fixed
+        return torch.where(torch.isnan(fixed) | torch.isinf(fixed), x * f_inf_tilde, fixed)
+
+    def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float64)  # (the extended range splits float64 bits)
+        out = tilde_plain(x)
+        bad = ~torch.isfinite(out) & (x > 0) & (x < _INF)
+        fixed = _w_value(tilde_wide(_w_of(torch.where(bad, x, 1.0))))
+        return torch.where(bad, settled(fixed, x), out).clamp(min=0.0)  # f̃ ≥ 0 by convexity; rounding must not make it negative (NaN stays)
+
+    def perspective(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.to(torch.float64), y.to(torch.float64)
+        r = x / y
+        out = y * tilde_plain(r)
+        # the perspective's limits: x·f̃∞ at y = 0 or x = ∞ (0 at x = 0, whatever f̃∞)
+        edge = (y == 0) | torch.isinf(x)
+        out = torch.where(edge, torch.where(x == 0, 0.0, x * f_inf_tilde), out)
+        # x/y past DBL_MAX (y denormal), or f̃(x/y) or the product past it: the term in extended range
+        bad = (~torch.isfinite(out) | torch.isinf(r)) & (x > 0) & (y > 0) & ~edge
+        fixed = term_wide(torch.where(bad, x, 1.0), torch.where(bad, y, 1.0))
+        return torch.where(bad, settled(fixed, x), out).clamp(min=0.0)
+
+    return f_tilde, perspective
 
 
 _DOWN = 2.0**-128  # upper-side ratios are held scaled, r·2⁻¹²⁸, as in cpp/mentored/path.hpp

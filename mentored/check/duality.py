@@ -106,6 +106,9 @@ class _Dual:
         self.c = div.tilt
         self.finf = div.f_inf - self.c
         with np.errstate(all="ignore"):
+            # f's own unit: the searches over λ are scaled by it (k·f has the dual point (λ/k, μ) of f at ε/k)
+            unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
+            self.unit = unit if 0.0 < unit < np.inf else 1.0
             self.fr = div.f_tilde(self.r)
             # One-sided derivatives of f̃ at r: left decides the piece t ≤ r, right the piece t ≥ r.
             self.fp_left = div.fprime(np.nextafter(self.r, 0.0)) - self.c
@@ -163,7 +166,8 @@ class _Dual:
         return max(v, -_DBL_MAX) if v == v else np.inf
 
     def best(self):
-        """(λ, μ̃, g) minimising g over λ (log scale) with μ̃ ∈ [0, 1] optimal for each λ."""
+        """(λ, μ̃, g) minimising g over λ (log scale, 1e-14 to 1e12 over f's unit) with μ̃ ∈ [0, 1]
+        optimal for each λ."""
         from scipy.optimize import minimize_scalar
 
         def capped(lam, m):  # Brent's parabolic steps need finite values; ∞ only means "too small"
@@ -176,7 +180,9 @@ class _Dual:
         best = (0.0, 0.0, self(0.0, 0.0))
         if np.isfinite(self.eps):
             with np.errstate(all="ignore"):
-                outer = minimize_scalar(lambda x: min(inner(10.0**x)[1], 1e30), bounds=(-14.0, 12.0), method="bounded", options={"xatol": 1e-7})
+                shift = -math.log10(self.unit)
+                outer = minimize_scalar(lambda x: min(inner(10.0**x)[1], 1e30), bounds=(-14.0 + shift, 12.0 + shift), method="bounded",
+                                        options={"xatol": 1e-7})
                 lam = 10.0**outer.x
                 mu_t, g = inner(lam)
             if g < best[2]:
@@ -346,7 +352,7 @@ def _dual_point(dual, acceptance, tol, lam_f, mu_f):
         cands.append((lam_f, mu_t, dual(lam_f, mu_t)))
     if not cands or not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
         # Non-binding budgets with f∞ = ∞ and drafter mass off p's support: g → A* as λ → 0+.
-        cands += [(lam_t, 0.0, dual(lam_t, 0.0)) for lam_t in 10.0 ** -np.arange(6.0, 15.0, 2.0)]
+        cands += [(lam_t, 0.0, dual(lam_t, 0.0)) for lam_t in 10.0 ** -np.arange(6.0, 15.0, 2.0) / dual.unit]
     if not (min(c[2] for c in cands) - acceptance <= 0.01 * tol):
         cands.append(dual.best())
     return min(cands, key=lambda c: c[2])

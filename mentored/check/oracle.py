@@ -83,10 +83,12 @@ class OracleResult:
     divergence: float  # D_f(π‖p) from the definition
     budget_excess: float  # max(0, D_f(π‖p) − ε)
     simplex_residual: float  # max(|Σπ − 1|, max(−π))
+    unit: float = 1.0  # f's unit k (a power of ten; 1 for a built-in): budgets are judged relative to k + ε
 
     def usable(self, budget: float, tol: float = 1e-8) -> bool:
-        """Solved, and its point feasible to ``tol`` (budget relative to 1 + ε, mass absolute)."""
-        return self.status in _USABLE and self.budget_excess <= tol * (1 + budget) and self.simplex_residual <= tol
+        """Solved, and its point feasible to ``tol`` (budget relative to k + ε, k f's unit, 1 for a
+        built-in, so that 10⁻²⁰⁰·f is judged as f is; mass absolute)."""
+        return self.status in _USABLE and self.budget_excess <= tol * (self.unit + budget) and self.simplex_residual <= tol
 
     def slack(self, lam: float, divergence) -> float:
         """How much acceptance this point's infeasibility can buy at a solution with dual λ.
@@ -98,15 +100,31 @@ class OracleResult:
         return lam * (self.budget_excess + c * self.simplex_residual) + self.simplex_residual
 
 
-def _sympy_cost(div, u):
-    r"""Elementwise :math:`f(u)` as a DCP-convex cvxpy expression, from the sympy generator.
+def _scale(div):
+    r"""The power of ten :math:`k` nearest :math:`\tilde f(2) + \tilde f(1/2)`, f's own unit, as a sympy
+    Integer or Rational (1 where that is not a positive number): the program is posed for :math:`f/k`
+    at budget :math:`\varepsilon/k`, the same constraint, with data of order 1 (a solver's tolerances
+    are absolute: at :math:`f = 10^{-200}(t - 1)^2` every point meets the budget 0.5 to them)."""
+    import sympy as sp
+
+    with np.errstate(all="ignore"):
+        unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
+    if not 0.0 < unit < np.inf:
+        return sp.Integer(1)
+    return sp.Integer(10) ** int(round(np.log10(unit)))
+
+
+def _sympy_cost(div, u, scale=1):
+    r"""Elementwise :math:`f(u)/k` (``scale`` :math:`k`, a sympy number) as a DCP-convex cvxpy
+    expression, from the sympy generator.
 
     Tries the sympy forms ``f``, ``expand(f)``, ``apart(f)`` (rational :math:`f`: polynomial plus
     :math:`c/(t+a)^k`, e.g. triangular discrimination :math:`t - 3 + 4/(t+1)`) and the expanded
     logarithms, translating each node to a cvxpy atom: ``t log(t/B) -> rel_entr(t, B)``,
     ``log B -> log`` (concave B) or ``-log(1/B)``, powers -> ``square``/``power``/``sqrt``/``inv_pos``,
-    ``|B| -> abs``, ``exp``. The first form that cvxpy accepts as convex and that equals ``f``
-    numerically is used; otherwise ValueError.
+    ``|B| -> abs``, ``exp``, ``log cosh B -> logistic(2B) - B - log 2`` (B affine:
+    :math:`\log(1 + e^{2B}) - B - \log 2 = \log((e^{B} + e^{-B})/2)`). The first form that cvxpy
+    accepts as convex and that equals :math:`f/k` numerically is used; otherwise ValueError.
     """
     import cvxpy as cp
     import sympy as sp
@@ -114,7 +132,7 @@ def _sympy_cost(div, u):
     info = div.symbolic
     if info is None:
         raise ValueError(f"the oracle has no convex form for divergence {div.name!r} (no sympy generator)")
-    t, f = info.t, info.expr
+    t, f = info.t, info.expr / scale
 
     def tr(e):
         if e == t:
@@ -154,6 +172,10 @@ def _sympy_cost(div, u):
             return cp.power(b, k)
         if isinstance(e, sp.log):
             arg = e.args[0]
+            if isinstance(arg, sp.cosh):  # log cosh B = log(1 + e^{2B}) − B − log 2, convex for B affine
+                b = tr(arg.args[0])
+                if not isinstance(b, float) and b.is_affine():
+                    return cp.logistic(2 * b) - b - float(np.log(2.0))
             inner = tr(arg)
             if not isinstance(inner, float) and inner.is_concave():
                 return cp.log(inner)
@@ -188,7 +210,7 @@ def _sympy_cost(div, u):
         u_save = u.value
         u.value = probe[np.arange(u.size) % probe.size] if u.size else None
         try:
-            ok = u.size == 0 or np.allclose(expr.value, info.f(u.value), rtol=1e-9, atol=1e-12)
+            ok = u.size == 0 or np.allclose(expr.value, info.f(u.value) / float(scale), rtol=1e-9, atol=1e-12)
         finally:
             u.value = u_save
         if ok:
@@ -206,7 +228,7 @@ def convex_form_error(divergence) -> str | None:
         return None
     if div not in _FORM_ERRORS:
         try:
-            _sympy_cost(div, cp.Variable(3, nonneg=True))
+            _sympy_cost(div, cp.Variable(3, nonneg=True), _scale(div))
             _FORM_ERRORS[div] = None
         except ValueError as exc:
             _FORM_ERRORS[div] = str(exc)
@@ -234,13 +256,15 @@ def _program(div, p, q, eps, scaling):
     mass = cp.sum(cp.multiply(pS, u)) + (cp.sum(z) if z is not None else 0)
     outside = cp.sum(z) if z is not None else 0
     accept = cp.sum(cp.minimum(cp.multiply(pS, u), qS)) + (cp.sum(cp.minimum(z, q[~pos])) if z is not None else 0)
-    if name is None:  # a user generator: its sympy form mapped to cvxpy atoms, f∞ per unit off p's support
+    if name is None:  # a user generator: its sympy form mapped to cvxpy atoms, f∞ per unit off p's support, in f's unit k
+        k = _scale(div)
         if scaling == "ratio":
-            fu = _sympy_cost(div, v)
+            fu = _sympy_cost(div, v, k)
         else:
             w = cp.Variable(pS.size, nonneg=True)  # the ratio, tied to the masses by an equality
-            fu = _sympy_cost(div, w)
-        cost = cp.sum(cp.multiply(pS, fu)) + (div.f_inf * outside if z is not None else 0)
+            fu = _sympy_cost(div, w, k)
+        cost = cp.sum(cp.multiply(pS, fu)) + (div.f_inf / float(k) * outside if z is not None else 0)
+        eps = eps / float(k)
     else:  # a built-in: its registered cost (mentored/divergences/__init__.py)
         cost = div.builtin.cvxpy(cp, u, pS, outside)
     constraints = [mass == 1, cost <= eps]
@@ -297,6 +321,7 @@ def _measured(div, p, pi, objective: float, problem, label: str, budget: float) 
         divergence=dval,
         budget_excess=max(0.0, dval - budget),
         simplex_residual=float(max(abs(pi.sum() - 1.0), max(0.0, -pi.min()))),
+        unit=1.0 if div.compiled is not None else float(_scale(div)),
     )
 
 
@@ -367,8 +392,9 @@ def _weighted_program(div, n_pos: int, n_zero: int, scaling: str):
     z = cp.Variable(n_zero, nonneg=True) if n_zero else None
     w_zero = cp.Parameter(n_zero) if n_zero else None
     outside = cp.sum(z) if z is not None else 0
-    if div.compiled is None:
-        cost = cp.sum(cp.multiply(p, _sympy_cost(div, u))) + (div.f_inf * outside if z is not None else 0)
+    if div.compiled is None:  # in f's unit k: the budget parameter holds ε/k (_weighted_run)
+        k = _scale(div)
+        cost = cp.sum(cp.multiply(p, _sympy_cost(div, u, k))) + (div.f_inf / float(k) * outside if z is not None else 0)
     else:
         cost = div.builtin.cvxpy(cp, u, p, outside)
     objective = gain @ v + (w_zero @ z if z is not None else 0)
@@ -413,7 +439,7 @@ def _weighted_run(div, p, w, budget, pos, zero, scaling, solver, options) -> Ora
 
     problem, params, v, z = _weighted_program(div, int(pos.sum()), int(zero.sum()), scaling)
     params["p"].value = p[pos]
-    params["eps"].value = budget
+    params["eps"].value = budget if div.compiled is not None else budget / float(_scale(div))
     params["gain"].value = w[pos] * p[pos] if scaling == "ratio" else w[pos]
     if params["w_zero"] is not None:
         params["w_zero"].value = w[zero]

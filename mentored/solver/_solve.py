@@ -62,7 +62,10 @@ class Solution:
 def _dual(div: Divergence, t_lo, t_hi, binding):
     """λ, μ of docs/theory.md §4 from the thresholds, with one-sided derivatives at a kink at 1.
 
-    A built-in's come from the core (its f' lives with f̃ there); a user divergence's from its ``fprime``.
+    A built-in's come from the core (its f' lives with f̃ there); a user divergence's from its ``fprime``:
+    λ = 1/(f'(t_hi) − f'(t_lo)), and λ = ∞ (the certificate then searches) where that difference is
+    within 1e-8 of f's own unit f̃(2) + f̃(1/2), a threshold that scales with f, so that k·f has the
+    dual point (λ/k, μ) of f at ε/k for any k > 0.
     """
     t_lo, t_hi, binding = map(np.atleast_1d, (t_lo, t_hi, binding))
     if div.compiled is not None:
@@ -72,8 +75,10 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
     down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
     d_hi, d_lo = div.fprime(up), div.fprime(down)
     gap = d_hi - d_lo
+    unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
+    unit = unit if 0.0 <= unit < np.inf else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        lam = np.where(gap > 1e-8, 1.0 / gap, np.inf)
+        lam = np.where(gap > 1e-8 * unit, 1.0 / gap, np.inf)
         mu = np.where(np.isfinite(lam), -lam * d_lo, np.nan)
     lam = np.where(binding, lam, 0.0)
     mu = np.where(binding, mu, 0.0)
