@@ -127,15 +127,18 @@ def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, m
     assert again.target.dtype == torch.bfloat16
 
 
+def _flip_a_bit(path):
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+
 def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
     path, model, digest = tiny_gguf
     load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()
     before = _files(folder)
-    weights = folder / "model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    _flip_a_bit(folder / "model.safetensors")
     with pytest.warns(UserWarning, match=r"does not match the conversion this process made: model\.safetensors has sha256"):
         pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     assert _files(folder) == before
@@ -192,10 +195,7 @@ def test_an_edited_cache_is_converted_again_whatever_its_checksum_file_says(tiny
     load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     (folder,) = tmp_path.iterdir()
     assert _files(folder) == pinned
-    weights = folder / "model.safetensors"
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    _flip_a_bit(folder / "model.safetensors")
     if (folder / "SHA256SUMS").exists():
         write_checksums(folder)
     monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)  # a new process
