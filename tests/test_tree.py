@@ -790,3 +790,22 @@ def test_unsigned_ids_are_read_by_their_value():
         rejection_sample(big, [2, 1], None, p, bonus, **kw)
     with pytest.raises(ValueError, match=r"bonus_token_ids: id 18446744073709551615 \(dtype uint64\)"):
         rejection_sample(draft, [2, 1], None, p, np.array([[3], [2**64 - 1]], dtype=np.uint64), **kw)
+
+
+@pytest.mark.parametrize("generator", ["max", "piecewise"])
+def test_a_kinked_generators_length_objective_runs_on_the_device_path(monkeypatch, generator):
+    """A user generator with kinks (f with Max, whose f′ sympy prints with Heaviside; or a Piecewise)
+    verifies draft trees under objective="length" on the device path as on the host: torch's printer
+    takes neither Max nor Heaviside as sympy prints them, so both are translated before printing."""
+    torch = pytest.importorskip("torch", reason="the device path needs torch")
+    t = sp.symbols("t", positive=True)
+    f = {"max": sp.Max((t - 1) ** 2, 4 * (t - 1) ** 2 - 3 * (t - 1)),
+         "piecewise": sp.Piecewise((2 * (t - 1) ** 2, t < 1), ((t - 1) ** 2, True))}[generator]
+    div = mentored.Divergence.from_sympy(f, t, name=f"kinked_{generator}")
+    P = np.random.default_rng(3).dirichlet(np.ones(6), size=5)
+    tokens, parents = [0, 1, 2, 3, 4], [-1, 0, 0, 1, 1]
+    host = tree_verifier(tokens, parents, [5], P, divergence=div, budget=0.05, objective="length")
+    monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")
+    device = tree_verifier(torch.tensor(tokens), parents, [5], torch.tensor(P), divergence=div, budget=0.05, objective="length")
+    for h, d in zip(host, device):
+        assert_allclose(d.numpy(), h, rtol=1e-7, atol=1e-9)

@@ -152,11 +152,7 @@ def _printed_forms(div, *, tilt, f0, f_inf, series, radius):
     import sympy as sp
 
     info = div.symbolic
-    reduce = {"mentored_torch_max": torch.maximum, "mentored_torch_min": torch.minimum}
-    expr = sp.sympify(info.expr).replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
-    # Constants (log 2, √2) as floats: torch functions take tensors, not Python numbers.
-    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
-    fn = sp.lambdify(info.t, expr, modules=[{k: _folded(op) for k, op in reduce.items()}, "torch"], printer=_torch_printer(reduce))
+    fn = _torch_lambdify(info.t, info.expr)
     c = tilt
     f_inf_tilde = f_inf - c
     at0 = f0 + c  # f̃(0) = f(0) + c
@@ -210,6 +206,19 @@ def _folded(op):
         return out
 
     return call
+
+
+def _torch_lambdify(symbol, expr):
+    """A sympy expression of one symbol as a function of tensors: Max and Min as torch.maximum/minimum,
+    Heaviside as its Piecewise (torch.heaviside takes no Python number), constants (log 2, √2) as
+    floats (torch functions take tensors, not Python numbers)."""
+    import sympy as sp
+
+    reduce = {"mentored_torch_max": torch.maximum, "mentored_torch_min": torch.minimum}
+    expr = sp.sympify(expr).replace(sp.Heaviside, lambda *args: sp.Heaviside(*args).rewrite(sp.Piecewise))
+    expr = expr.replace(sp.Max, sp.Function("mentored_torch_max")).replace(sp.Min, sp.Function("mentored_torch_min"))
+    expr = expr.replace(lambda e: e.is_number and not e.is_Number and not e.free_symbols, lambda e: sp.Float(e.evalf(20), 20))
+    return sp.lambdify(symbol, expr, modules=[{k: _folded(op) for k, op in reduce.items()}, "torch"], printer=_torch_printer(reduce))
 
 
 def _torch_printer(functions):
@@ -1760,8 +1769,8 @@ def _level_forms(div) -> LevelForms:
                              "pass numpy arrays (the host solves it numerically), or use objective='acceptance'")
         c, y = float(info.tilt), sp.Symbol("y")
         inv = info.fprime_inv_expr
-        fprime = sp.lambdify(info.t, info.fprime_expr, modules="torch")
-        inverse = sp.lambdify(list(inv.free_symbols)[:1] or [y], inv, modules="torch")
+        fprime = _torch_lambdify(info.t, info.fprime_expr)
+        inverse = _torch_lambdify((list(inv.free_symbols)[:1] or [y])[0], inv)
         lo, hi = float(info.fprime0) - c, float(info.f_inf) - c
 
         def df(t):
