@@ -127,6 +127,13 @@ def test_the_loader_converts_a_gguf_exactly_and_caches_it(tiny_gguf, tmp_path, m
     assert again.target.dtype == torch.bfloat16
 
 
+def _assert_same_logits(pair, model, ids=((5, 6, 7),)):
+    """The loaded target computes the GGUF's model exactly (float32 tensors)."""
+    ids = torch.tensor(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
 def _flip_a_bit(path):
     data = bytearray(path.read_bytes())
     data[-1] ^= 1
@@ -142,9 +149,7 @@ def test_a_damaged_cache_is_converted_again(tiny_gguf, tmp_path):
     with pytest.warns(UserWarning, match=r"does not match the conversion this process made: model\.safetensors has sha256"):
         pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     assert _files(folder) == before
-    ids = torch.tensor([[5, 6, 7]])
-    with torch.no_grad():
-        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+    _assert_same_logits(pair, model)
 
 
 def test_the_conversion_is_the_same_online_and_offline(tiny_gguf, tmp_path, monkeypatch):
@@ -202,9 +207,7 @@ def test_an_edited_cache_is_converted_again_whatever_its_checksum_file_says(tiny
     with pytest.warns(UserWarning, match=rf"model\.safetensors has sha256 [0-9a-f]{{64}}, expected {pinned['model.safetensors']}.*replaced by a fresh"):
         pair = load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)
     assert _files(folder) == pinned
-    ids = torch.tensor([[5, 6, 7]])
-    with torch.no_grad():
-        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+    _assert_same_logits(pair, model)
     # A new process reads the sound cache without converting.
     monkeypatch.setattr(smollm, "_SESSION", {}, raising=False)
     monkeypatch.setattr(smollm, "_convert", lambda *a: pytest.fail("converted again although the cache matched its pin"))
@@ -245,9 +248,7 @@ def test_other_package_versions_trust_their_own_conversion_for_one_process(tiny_
         assert len(converts) == process + 1
         load_smollm(path, sha256=digest, drafter=False, cache_dir=tmp_path)  # the same process: the cache, silently
         assert len(converts) == process + 1
-    ids = torch.tensor([[5, 6, 7]])
-    with torch.no_grad():
-        torch.testing.assert_close(pair.target(ids).logits, model(ids).logits, rtol=0, atol=0)
+    _assert_same_logits(pair, model)
 
 
 def test_the_loader_refuses_a_wrong_or_missing_file(tiny_gguf, tmp_path, monkeypatch):
