@@ -145,32 +145,41 @@ def _program_ops(info):
     return [names[op] for op in ops], values
 
 
+def _tilde_of(plain, x, *, tilt, f0, f_inf, series, radius):
+    """f̃(x) = f(x) − c(x − 1) from ``plain``, a double evaluation of f on (0, ∞): the Taylor series at 1
+    where |x − 1| < ``radius`` (f and c(x − 1) cancel there), f̃(0) = f(0) + c and f̃'s limit at ∞
+    (0 or ∞ by the sign of f̃∞) at the ends. Returns (f̃, where the series was used)."""
+    c = float(tilt)
+    inside = (x > 0) & (x < _INF)
+    xs = torch.where(inside, x, 1.0)
+    h = xs - 1.0
+    out = plain(xs) - c * h
+    near = torch.zeros_like(inside)
+    if series:
+        acc = torch.zeros_like(h)
+        for a in reversed(series):
+            acc = (acc + a) * h
+        near = h.abs() < radius
+        out = torch.where(near, acc * h, out)
+    at_inf = _INF if float(f_inf) - c > 0 else 0.0
+    return torch.where(inside, out, torch.where(x == 0, out.new_tensor(float(f0) + c), at_inf)), near  # (two scalars would give float32)
+
+
 def _printed_forms(div, *, tilt, f0, f_inf, series, radius):
     """(f̃, perspective) from sympy's torch printing of f, for a generator without a program: Max and
     Min as torch.maximum/minimum, and where f̃ or the term is not finite at x > 0, numpy's f̃ on the
     host (30-digit arithmetic where the printed form overflows; a read-back, on a device too)."""
-    import sympy as sp
-
     info = div.symbolic
     fn = _torch_lambdify(info.t, info.expr)
     c = tilt
     f_inf_tilde = f_inf - c
-    at0 = f0 + c  # f̃(0) = f(0) + c
-    at_inf = _INF if f_inf_tilde > 0 else 0.0
+
+    def plain(xs):
+        return torch.as_tensor(fn(xs), dtype=torch.float64, device=xs.device)
 
     def f_tilde(x: torch.Tensor) -> torch.Tensor:
+        out, near = _tilde_of(plain, x, tilt=c, f0=f0, f_inf=f_inf, series=series, radius=radius)
         inside = (x > 0) & (x < _INF)
-        xs = torch.where(inside, x, 1.0)
-        h = xs - 1.0
-        out = torch.as_tensor(fn(xs), dtype=torch.float64, device=x.device) - c * h
-        near = torch.zeros_like(inside)
-        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
-            acc = torch.zeros_like(h)
-            for a in reversed(series):
-                acc = (acc + a) * h
-            near = h.abs() < radius
-            out = torch.where(near, acc * h, out)
-        out = torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
         bad = ~torch.isfinite(out) & inside & ~near
         if bool(bad.any()):
             idx = bad.nonzero(as_tuple=True)
@@ -578,20 +587,9 @@ def _prog_forms(ops: list[str], values: list[float], *, tilt: float, f0: float, 
     """
     c = float(tilt)
     f_inf_tilde = float(f_inf) - c
-    at0 = float(f0) + c  # f̃(0) = f(0) + c
-    at_inf = _INF if f_inf_tilde > 0 else 0.0
 
     def tilde_plain(x: torch.Tensor) -> torch.Tensor:
-        inside = (x > 0) & (x < _INF)
-        xs = torch.where(inside, x, 1.0)
-        h = xs - 1.0
-        out = _prog_plain(ops, values, xs) - c * h
-        if series:  # near t = 1 from the Taylor series: f(t) − c(t − 1) cancels there
-            acc = torch.zeros_like(h)
-            for a in reversed(series):
-                acc = (acc + a) * h
-            out = torch.where(h.abs() < radius, acc * h, out)
-        return torch.where(inside, out, torch.where(x == 0, out.new_tensor(at0), at_inf))  # (two scalars would give float32)
+        return _tilde_of(lambda xs: _prog_plain(ops, values, xs), x, tilt=c, f0=f0, f_inf=f_inf, series=series, radius=radius)[0]
 
     def tilde_wide(t):
         """f̃ in extended range at t = (m, e): f(t) − c(t − 1)."""
