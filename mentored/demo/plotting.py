@@ -16,8 +16,6 @@ matplotlib is imported only inside the functions that draw (``pip install matplo
 
 from __future__ import annotations
 
-import struct
-import zlib
 from pathlib import Path
 
 from ..divergences import BUILTIN_NAMES
@@ -29,7 +27,6 @@ __all__ = ["DIVERGENCE_COLORS", "divergence_color", "figure_problems", "figure_t
 _TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 DIVERGENCE_COLORS = dict(zip(BUILTIN_NAMES, _TAB10))
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _SOLID = ("-", "solid")
 _NO_MARKER = (None, "None", "none", "", " ")
 
@@ -217,27 +214,15 @@ def save_figure(fig, path, *, source: str, dpi: int = 110) -> Path:
 
 
 def figure_text(path) -> dict[str, str]:
-    """The text chunks (``tEXt``, ``zTXt``, ``iTXt``) of the PNG at ``path``, keyword → text."""
-    data = Path(path).read_bytes()
-    if not data.startswith(_PNG_SIGNATURE):
-        raise ValueError(f"figure_text: path={str(path)!r} is not a PNG file (no PNG signature)")
-    out, pos = {}, len(_PNG_SIGNATURE)
-    while pos + 8 <= len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        body = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if kind == b"tEXt":
-            key, _, value = body.partition(b"\0")
-            out[key.decode("latin-1")] = value.decode("latin-1")
-        elif kind == b"zTXt":
-            key, _, value = body.partition(b"\0")
-            out[key.decode("latin-1")] = zlib.decompress(value[1:]).decode("latin-1")
-        elif kind == b"iTXt":
-            key, _, rest = body.partition(b"\0")
-            compressed, rest = rest[0], rest[2:]
-            _, _, rest = rest.partition(b"\0")  # language tag
-            _, _, value = rest.partition(b"\0")  # translated keyword
-            out[key.decode("latin-1")] = (zlib.decompress(value) if compressed else value).decode("utf-8")
-        elif kind == b"IEND":
-            break
-    return out
+    """The text chunks (``tEXt``, ``zTXt``, ``iTXt``) of the PNG at ``path``, keyword → text (read by
+    Pillow, which matplotlib brings)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            if image.format != "PNG":
+                raise ValueError(f"figure_text: path={str(path)!r} is a {image.format} file, not a PNG")
+            image.load()  # text chunks after the image data are read with it
+            return dict(image.text)
+    except UnidentifiedImageError:
+        raise ValueError(f"figure_text: path={str(path)!r} is not a PNG file (no PNG signature)") from None
