@@ -107,8 +107,7 @@ class _Dual:
         self.finf = div.f_inf - self.c
         with np.errstate(all="ignore"):
             # f's own unit: the searches over λ are scaled by it (k·f has the dual point (λ/k, μ) of f at ε/k)
-            unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
-            self.unit = unit if 0.0 < unit < np.inf else 1.0
+            self.unit = div.unit
             self.fr = div.f_tilde(self.r)
             # One-sided derivatives of f̃ at r: left decides the piece t ≤ r, right the piece t ≥ r.
             self.fp_left = div.fprime(np.nextafter(self.r, 0.0)) - self.c

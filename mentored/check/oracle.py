@@ -101,17 +101,12 @@ class OracleResult:
 
 
 def _scale(div):
-    r"""The power of ten :math:`k` nearest :math:`\tilde f(2) + \tilde f(1/2)`, f's own unit, as a sympy
-    Integer or Rational (1 where that is not a positive number): the program is posed for :math:`f/k`
-    at budget :math:`\varepsilon/k`, the same constraint, with data of order 1 (a solver's tolerances
-    are absolute: at :math:`f = 10^{-200}(t - 1)^2` every point meets the budget 0.5 to them)."""
+    r"""The power of ten :math:`k` nearest f's own unit (:attr:`Divergence.unit`), as a sympy Integer or
+    Rational: the program is posed for :math:`f/k` at budget :math:`\varepsilon/k`, the same
+    constraint, with data of order 1 (a solver's tolerances are absolute: at :math:`f = 10^{-200}(t - 1)^2` every point meets the budget 0.5 to them)."""
     import sympy as sp
 
-    with np.errstate(all="ignore"):
-        unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
-    if not 0.0 < unit < np.inf:
-        return sp.Integer(1)
-    return sp.Integer(10) ** int(round(np.log10(unit)))
+    return sp.Integer(10) ** int(round(np.log10(div.unit)))
 
 
 def _sympy_cost(div, u, scale=1):

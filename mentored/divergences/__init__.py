@@ -430,6 +430,15 @@ class Divergence:
         with np.errstate(all="ignore"):
             return np.maximum(self.f(t) - self.tilt * (t - 1.0), 0.0)
 
+    @cached_property
+    def unit(self) -> float:
+        r"""f's own scale, :math:`\tilde f(1/2) + \tilde f(2)` (1 where that is not a positive finite
+        number): :math:`k f` has the unit :math:`k\cdot` ``unit``, so thresholds and searches measured in
+        it treat :math:`\mathrm{MD}(kf, \varepsilon)` as :math:`\mathrm{MD}(f, \varepsilon/k)`."""
+        with np.errstate(all="ignore"):
+            u = float(np.sum(self.f_tilde(np.array([0.5, 2.0]))))
+        return u if 0.0 < u < np.inf else 1.0
+
     def conjugate_tilde(self, y) -> np.ndarray:
         r""":math:`\tilde f^*(y) = f^*(y + c) - c`, the conjugate of the tilted generator."""
         if self.builtin is not None:

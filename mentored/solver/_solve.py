@@ -75,10 +75,8 @@ def _dual(div: Divergence, t_lo, t_hi, binding):
     down = np.where(t_lo == 1.0, np.nextafter(1.0, 0.0), t_lo)
     d_hi, d_lo = div.fprime(up), div.fprime(down)
     gap = d_hi - d_lo
-    unit = float(np.sum(div.f_tilde(np.array([0.5, 2.0]))))
-    unit = unit if 0.0 <= unit < np.inf else 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        lam = np.where(gap > 1e-8 * unit, 1.0 / gap, np.inf)
+        lam = np.where(gap > 1e-8 * div.unit, 1.0 / gap, np.inf)
         mu = np.where(np.isfinite(lam), -lam * d_lo, np.nan)
     lam = np.where(binding, lam, 0.0)
     mu = np.where(binding, mu, 0.0)
