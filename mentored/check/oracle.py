@@ -103,7 +103,8 @@ class OracleResult:
 def _scale(div):
     r"""The power of ten :math:`k` nearest f's own unit (:attr:`Divergence.unit`), as a sympy Integer or
     Rational: the program is posed for :math:`f/k` at budget :math:`\varepsilon/k`, the same
-    constraint, with data of order 1 (a solver's tolerances are absolute: at :math:`f = 10^{-200}(t - 1)^2` every point meets the budget 0.5 to them)."""
+    constraint, with data of order 1 (a solver's tolerances are absolute: at
+    :math:`f = 10^{-200}(t - 1)^2` every point meets the budget 0.5 to them)."""
     import sympy as sp
 
     return sp.Integer(10) ** int(round(np.log10(div.unit)))
