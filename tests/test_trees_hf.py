@@ -293,7 +293,10 @@ def test_draft_tree_is_the_first_round(pairs, monkeypatch):
             for v in range(tree.size):
                 path = torch.tensor(prompt + tokens[b, tree.path(v)].tolist())[None]
                 want = sampling_probs(target(input_ids=path).logits[0, -1], **warp)
-                torch.testing.assert_close(probs[b, v], want, rtol=1e-5, atol=1e-6)
+                # float32 forwards of one path in two layouts (the padded batch of the tree, the path
+                # alone) sum in orders that depend on the CPU's kernels: 4e-6 apart seen on an
+                # AVX2-only machine; a wrong parent or mask moves a row by orders of magnitude more
+                torch.testing.assert_close(probs[b, v], want, rtol=1e-4, atol=1e-5)
                 if tree.depths[v] < 2:
                     children = tokens[b, np.flatnonzero(parents == v)]
                     assert children.tolist() == torch.topk(noisy(input_ids=path).logits[0, -1], 3).indices.tolist()
