@@ -39,7 +39,9 @@ else:
 
 def _run(code: str, **env) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MENTORED_")}
-    out = subprocess.run([sys.executable, "-c", code], env=dict(clean, **env), capture_output=True, text=True, timeout=300)
+    # -P: the installed package, not the clone's uncompiled sources in the current folder (which vLLM's
+    # plugin loader would fail to import, and then start without the plugin, saying so only in its log)
+    out = subprocess.run([sys.executable, "-P", "-c", code], env=dict(clean, **env), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout.strip().splitlines()[-1]
 
@@ -59,5 +61,5 @@ def test_a_setting_the_plugin_cannot_honour_refuses_to_start():
 
 
 def test_a_bad_setting_refuses_to_start_naming_it():
-    out = subprocess.run([sys.executable, "-c", _BUILT], env=dict(os.environ, MENTORED_ENABLE="yes"), capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-P", "-c", _BUILT], env=dict(os.environ, MENTORED_ENABLE="yes"), capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "MENTORED_ENABLE='yes'" in out.stderr
