@@ -234,6 +234,17 @@ def request_setting(extra_args, default: MentoredConfig):
     return div, budget
 
 
+def _engine_setting(sampling_params, default: MentoredConfig, who: str):
+    """:func:`request_setting` of a request the engine already admitted. A bad value can only be here
+    if admission did not check it (the plugin not loaded in the front end): it is verified
+    losslessly, which is never wrong, and the log says so; the engine does not stop."""
+    try:
+        return request_setting(getattr(sampling_params, "extra_args", None), default)
+    except ValueError as exc:
+        logger.error("mentored: %s is verified losslessly: %s", who, exc)
+        return default.divergence, 0.0
+
+
 # ---------------------------------------------------------------- target probabilities
 
 
@@ -330,14 +341,7 @@ class _Mentored:
         for req_id in ids:
             setting = cache.get(req_id)
             if setting is None:
-                state = runner.requests.get(req_id)
-                params = getattr(state, "sampling_params", None)
-                try:
-                    setting = request_setting(getattr(params, "extra_args", None), cfg)
-                except ValueError as exc:  # admitted without the plugin's check: lossless is always a sound answer
-                    logger.error("mentored: request %s verified losslessly: %s", req_id, exc)
-                    setting = (cfg.divergence, 0.0)
-                cache[req_id] = setting
+                setting = cache[req_id] = _engine_setting(getattr(runner.requests.get(req_id), "sampling_params", None), cfg, f"request {req_id}")
             settings.append(setting)
         if len(cache) > 4 * max(len(ids), 64):  # forget finished requests
             keep = set(ids)
@@ -684,11 +688,7 @@ def _make_v2_class(base):
             if add_request is not None:
                 def add_request_with_setting(req_idx, sampling_params, *args, **kwargs):
                     # every request passes here before it is scheduled, and a slot is added again before reuse
-                    try:
-                        self._slots[req_idx] = request_setting(getattr(sampling_params, "extra_args", None), self.mentored_config)
-                    except ValueError as exc:  # admitted without the plugin's check: lossless is always sound
-                        logger.error("mentored: the request in slot %s is verified losslessly: %s", req_idx, exc)
-                        self._slots[req_idx] = (self.mentored_config.divergence, 0.0)
+                    self._slots[req_idx] = _engine_setting(sampling_params, self.mentored_config, f"the request in slot {req_idx}")
                     return add_request(req_idx, sampling_params, *args, **kwargs)
 
                 sampler.add_request = add_request_with_setting
