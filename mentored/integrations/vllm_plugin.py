@@ -318,10 +318,29 @@ def _building_runner():
     return None
 
 
+def _keep_drafter_probs(runner_ref, spec_config) -> bool:
+    """Make the v1 runner's drafter keep its probabilities q under ``rejection_sample_method="block"``.
+
+    vLLM's v1 proposers keep q only for ``standard`` (its v1 sampler has no block rule, and treats
+    ``block`` as ``standard``); with ``block`` they draft the argmax and hand the sampler no q, so the
+    block would be verified as token-only drafts, whose law is that of token verification. With
+    ``draft_sample_method="probabilistic"`` the drafter samples its drafts and keeps q, as for
+    ``standard`` (and as vLLM's v2 runner does under ``block``). The runner builds its drafter before
+    its sampler, so it is there to set. True when set."""
+    runner = runner_ref() if runner_ref is not None else None
+    drafter = getattr(runner, "drafter", None)
+    if getattr(spec_config, "draft_sample_method", None) != "probabilistic" or not hasattr(drafter, "_enable_probabilistic_draft_probs"):
+        return False
+    drafter._enable_probabilistic_draft_probs = True
+    logger.info("mentored: block verification: the drafter samples its drafts and keeps its probabilities (draft_sample_method='probabilistic')")
+    return True
+
+
 class _Mentored:
     """The mentored verification step shared by both forward signatures."""
 
     mentored_config: MentoredConfig
+    mentored_method = "token"  # or "block" (check_engine: vLLM's rejection_sample_method)
     mentored_runner = None  # weakref to the v1 model runner: its requests carry the per-request settings
 
     def request_settings(self, num_reqs: int):
@@ -369,6 +388,7 @@ class _Mentored:
             generators=gens,
             zeros=cfg.zeros,
             validate=False,
+            method=self.mentored_method,
         )
 
 
@@ -379,18 +399,21 @@ def _make_class(base):
 
         def __init__(self, *args, config: MentoredConfig | None = None, runner=None, **kwargs):
             spec_config = kwargs.get("spec_config", args[1] if len(args) > 1 else None)
-            check_engine(spec_config)
+            method = check_engine(spec_config)
             if base is nn.Module:
                 nn.Module.__init__(self)
                 self.sampler = kwargs.get("sampler", args[0] if args else None)
             else:
                 base.__init__(self, *args, **kwargs)
             self.mentored_config = config or config_from_env() or MentoredConfig()
+            self.mentored_method = method
             self.mentored_runner = weakref.ref(runner) if runner is not None else _building_runner()
+            if method == "block":
+                _keep_drafter_probs(self.mentored_runner, spec_config)
             if self.mentored_runner is None and base is not nn.Module:
                 logger.warning("mentored: this sampler was not built by a model runner it knows: every request is verified with %r, "
                                "whatever its extra_args", self.mentored_config)
-            logger.info("mentored: vLLM's v1 rejection sampler verifies with %r%s", self.mentored_config,
+            logger.info("mentored: vLLM's v1 rejection sampler verifies with %r (method=%r)%s", self.mentored_config, self.mentored_method,
                         ", and each request's extra_args" if self.mentored_runner is not None else "")
 
         def forward(self, metadata, draft_probs, target_logits, bonus_token_ids=None, sampling_metadata=None, **_):
@@ -442,19 +465,28 @@ class MentoredRefusal(RuntimeError):
     """The engine's configuration would bypass or alter mentored verification: it refuses to start."""
 
 
-def check_engine(spec_config, *, watermark_key=None) -> None:
-    """Refuse (MentoredRefusal) any setting under which the sampler would not verify with mentored's
-    rule: a ``rejection_sample_method`` other than ``standard`` (synthetic, block, fly), adaptive
-    verification, or watermarking. Called when vLLM builds the sampler, so the engine does not start."""
+# vLLM's rejection_sample_method -> mentored's verification method (rejection_sample's method=)
+METHODS = {"standard": "token", "block": "block"}
+
+
+def check_engine(spec_config, *, watermark_key=None) -> str:
+    """The verification method mentored's sampler uses for vLLM's ``rejection_sample_method``:
+    ``"token"`` for ``standard`` (token by token, Leviathan et al.), ``"block"`` for ``block`` (block
+    verification, Sun et al., arXiv 2403.10444: :func:`~mentored.verify.serving.rejection_sample` with
+    ``method="block"``, which at budget 0 has vLLM's block law). Refuse (MentoredRefusal) any setting
+    under which the sampler would not verify with mentored's rule: another method (synthetic, fly),
+    adaptive verification, or watermarking. Called when vLLM builds the sampler, so the engine does not
+    start."""
     method = getattr(spec_config, "rejection_sample_method", "standard") if spec_config is not None else "standard"
     fix = "unset MENTORED_DIVERGENCE/MENTORED_BUDGET (or MENTORED_CONFIG) to use it without mentored"
-    if method != "standard":
+    if method not in METHODS:
         raise MentoredRefusal(f"mentored verification replaces the rejection rule, and rejection_sample_method={method!r} "
-                              f"selects another one: set rejection_sample_method='standard', or {fix}")
+                              f"selects another one: set rejection_sample_method='standard' or 'block', or {fix}")
     if getattr(spec_config, "enable_adaptive_verification", False):
         raise MentoredRefusal(f"mentored verification does not support enable_adaptive_verification=True: turn it off, or {fix}")
     if watermark_key is not None:
         raise MentoredRefusal(f"mentored verification does not support watermarked sampling (watermark_config): remove it, or {fix}")
+    return METHODS[method]
 
 
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # Philox4x32's multipliers and key increments (Salmon et al. 2011)
@@ -503,16 +535,21 @@ def _philox4x32(counter: torch.Tensor, key: torch.Tensor, rounds: int = 10) -> t
     return torch.stack((even[..., 0], odd[..., 0], even[..., 1], odd[..., 1]), -1)
 
 
-def position_uniforms(seeds: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def position_uniforms(seeds: torch.Tensor, pos: torch.Tensor, step: torch.Tensor | None = None) -> torch.Tensor:
     """Two uniforms in [0, 1) (53 bits each) per row from the request's seed and the row's position:
-    Philox4x32-10 with the 64-bit seed as its key and the 64-bit position as its counter.
+    Philox4x32-10 with the 64-bit seed as its key and the 64-bit position as its counter (and, given
+    ``step``, the row's place in its request's step, 32 bits, as the counter's third word).
 
     Counter-based, as vLLM's Philox draws are: computed where the tensors live, with no generator
     state and no host synchronisation; a request's draws depend on its seed and positions only,
     never on the rest of the batch. Every bit of both is used (two's complement for negative int64
     values): for one seed, distinct positions are distinct counters, whose outputs Philox keeps
-    distinct (a bijection); distinct seeds are distinct keys. A position's pair decides at most once:
-    verification resumes after the last emitted position. Row i's pair is ``(a₀·2²⁶ + b₀, a₁·2²⁶ + b₁)·2⁻⁵³``
+    distinct (a bijection); distinct seeds are distinct keys. Token verification reads a position's
+    pair at most once: it resumes after the last emitted position, and no position past the first
+    rejection is read. Block verification reads ``u0`` of every draft position, those after the
+    emitted ones included, which the next step drafts again: ``step`` (the draft's index in its step)
+    keys them apart, since a position drafted again sits at a smaller index (vLLM keys its block draws
+    by the same pair, ``spec_step_seed``). ``step=None`` is step 0. Row i's pair is ``(a₀·2²⁶ + b₀, a₁·2²⁶ + b₁)·2⁻⁵³``
     with the output words ``(w₀, w₁, w₂, w₃)``, ``a = (w₀, w₂) >> 5`` and ``b = (w₁, w₃) >> 6``.
     Returns float64 ``[len(pos), 2]``.
     """
@@ -520,7 +557,8 @@ def position_uniforms(seeds: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     x = pos.to(device=s.device, dtype=torch.int64)
     key = torch.stack((s & _MASK32, (s >> 32) & _MASK32), -1)
     zero = torch.zeros_like(x)
-    w = _philox4x32(torch.stack((x & _MASK32, (x >> 32) & _MASK32, zero, zero), -1), key)
+    third = zero if step is None else step.to(device=s.device, dtype=torch.int64) & _MASK32
+    w = _philox4x32(torch.stack((x & _MASK32, (x >> 32) & _MASK32, third, zero), -1), key)
     return ((w[:, 0::2] >> 5) * 2**26 + (w[:, 1::2] >> 6)).to(torch.float64) * 2.0**-53
 
 
@@ -553,7 +591,7 @@ def _checked_layout(cu_num_logits, num_logits: int, num_reqs: int) -> np.ndarray
 
 
 def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping, temperature, seeds, num_speculative_steps,
-                  config: MentoredConfig, uniforms=None, idx_mapping_np=None, validate: bool = True, settings=None):
+                  config: MentoredConfig, uniforms=None, idx_mapping_np=None, validate: bool = True, settings=None, method: str = "token"):
     r"""Mentored verification in the layout of vLLM's v2 model runner (``RejectionSampler._verify``).
 
     Request ``r`` owns the logits rows ``cu_num_logits[r] .. cu_num_logits[r+1] − 1`` (one row or
@@ -587,15 +625,20 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     nothing else leaves the device, and a model's NaN must not stop the engine) such an id is
     decided as a placeholder (rejected, the token drawn from p; nothing indexed out of range), and
     a row without a law as ``rejection_sample`` decides it. The uniforms are
-    :func:`position_uniforms` of ``seeds`` and ``pos``, on the device; token-only drafts read ``p_x``
-    from the logit and the log-sum-exp.
+    :func:`position_uniforms` of ``seeds`` and ``pos`` (and, with ``method="block"``, of the row's
+    index in its request), on the device; token-only drafts read ``p_x`` from the logit and the
+    log-sum-exp.
+
+    ``method``: ``"token"`` (vLLM's ``standard``) or ``"block"`` (its ``block``: block verification,
+    Sun et al.; :func:`~mentored.verify.serving.rejection_sample`). The bonus row is the block's end:
+    a placeholder, so with all drafts accepted the token drawn there is the bonus token.
 
     ``settings`` ``(divergences, budgets)``, one of each per request (``extra_args``,
     :func:`request_setting`), replace ``config``'s divergence and budget.
 
     ``uniforms`` [num_logits, 2] replace them (tests): ``u0`` decides a draft, ``u1`` draws the
     token at the first rejection, or at the bonus row. At ``budget=0`` the decisions are those of
-    standard speculative sampling given these uniforms.
+    standard speculative sampling given these uniforms (of block verification with ``method="block"``).
 
     Returns ``(sampled [num_reqs, num_speculative_steps + 1] int64, num_sampled [num_reqs] int32)``:
     the accepted drafts, then the token at the first rejection or the bonus token; ``num_sampled``
@@ -661,12 +704,14 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
         if q.shape[-1] < W:  # the target's tokens past the drafter's head: q = 0 there
             q = torch.nn.functional.pad(q, (0, W - q.shape[-1]))
     if uniforms is None:
-        u = position_uniforms(seeds.to(device)[states][req], pos.to(device))
+        # block verification reads u0 past the emitted positions, which the next step drafts again: key by the step too
+        local = (torch.arange(L, device=device) - torch.as_tensor(cu[:-1], device=device)[req]) if method == "block" else None
+        u = position_uniforms(seeds.to(device)[states][req], pos.to(device), local)
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64, device=device).reshape(L, 2)
     divergence, budget = (config.divergence, config.budget) if settings is None else settings
     out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=divergence,
-                           budget=budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True)
+                           budget=budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True, method=method)
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out
@@ -679,9 +724,10 @@ def _make_v2_class(base):
         logprobs and accounting, and :func:`verify_logits` in place of its rejection kernels."""
 
         def __init__(self, sampler, spec_config, device, *, watermark_key=None, config: MentoredConfig | None = None):
-            check_engine(spec_config, watermark_key=watermark_key)
+            method = check_engine(spec_config, watermark_key=watermark_key)
             base.__init__(self, sampler, spec_config, device, watermark_key=watermark_key)
             self.mentored_config = config or config_from_env() or MentoredConfig()
+            self.mentored_method = method
             _check_vocabularies(spec_config, self.mentored_config)
             self._slots = {}  # request-state slot -> (divergence, budget): the v2 runner keeps no SamplingParams
             add_request = getattr(sampler, "add_request", None)
@@ -692,7 +738,7 @@ def _make_v2_class(base):
                     return add_request(req_idx, sampling_params, *args, **kwargs)
 
                 sampler.add_request = add_request_with_setting
-            logger.info("mentored: vLLM's v2 rejection sampler verifies with %r%s", self.mentored_config,
+            logger.info("mentored: vLLM's v2 rejection sampler verifies with %r (method=%r)%s", self.mentored_config, method,
                         ", and each request's extra_args" if add_request is not None else "")
 
         def request_settings(self, idx_mapping_np):
@@ -731,7 +777,8 @@ def _make_v2_class(base):
             cu = self._host_layout(cu_num_logits, int(logits.shape[0]), len(idx_mapping_np))
             sampled, num_sampled = verify_logits(processed, draft_logits, verify_draft_sampled, cu, pos, idx_mapping, states.temperature.np,
                                                  states.seeds.gpu, self.num_speculative_steps, self.mentored_config,
-                                                 idx_mapping_np=idx_mapping_np, validate=False, settings=self.request_settings(idx_mapping_np))
+                                                 idx_mapping_np=idx_mapping_np, validate=False, settings=self.request_settings(idx_mapping_np),
+                                                 method=self.mentored_method)
             return processed, sampled, num_sampled
 
     return MentoredRejectionSamplerV2
