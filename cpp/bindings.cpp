@@ -334,7 +334,7 @@ std::optional<carray<std::int32_t>> which_arg_of(const py::object& which_arg, st
 // all); greedy [B] bool or None; pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
 // divergence is None (given π, dense or token-only); placeholders: −1 drafts allowed (rejected).
 // rtol_p, rtol_q: tolerances on the rows' sums (∞: none); lenient: failed rows decided, not refused
-// (StepCheck). Ids: integer arrays of any width
+// (StepCheck); block: dense random requests verified as a block (verify_block). Ids: integer arrays of any width
 // (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL is taken back to
 // check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time. Returns (out [B, max n + 1],
 // int32 or int64; the first failed request, −1 if none; its StepStatus code; the position in it,
@@ -344,7 +344,7 @@ template <class T>
 py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object num_draft, py::object bonus_ids,
                  carray<double> uniforms, carray<double> budgets, py::list divergences, py::object which_arg,
                  py::object greedy_arg, py::object pi_arg, py::object pi_x_arg, bool keep, int extra, bool placeholders,
-                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient) {
+                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block) {
   rtol_arg(rtol_p, rtol_q);
   const std::vector<StepF> divs = divergences_arg(divergences);
   std::optional<carray<T>> q;
@@ -411,6 +411,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   st.extra = static_cast<std::size_t>(extra);
   st.keep = keep;
   st.placeholders = placeholders;
+  st.block = block;
   st.check = StepCheck{rtol_p, rtol_q, lenient};
   const std::size_t width = K + 1;
   py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
@@ -820,7 +821,7 @@ PYBIND11_MODULE(_core, m) {
           py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(), py::arg("pi") = py::none(),
           py::arg("pi_x") = py::none(), py::arg("keep") = false, py::arg("extra") = 0, py::arg("placeholders") = false,
           py::arg("threads") = 0, py::arg("int32") = false, py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
-          py::arg("lenient") = false);
+          py::arg("lenient") = false, py::arg("block") = false);
   };
   def_verify(&verify<double>);
   def_verify(&verify<float>);

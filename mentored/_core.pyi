@@ -49,14 +49,14 @@ def verify(
     target: _F64, draft_probs: _F64 | None, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
     bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, divergences: list[int | Program | None],
     which: npt.NDArray[np.int32] | None = None, greedy: npt.NDArray[np.bool_] | None = None, pi: _F64 | None = None, pi_x: _F64 | None = None,
-    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False,
+    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False,
 ) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
 @overload
 def verify(
     target: _F32, draft_probs: _F32 | None, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
     bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, divergences: list[int | Program | None],
     which: npt.NDArray[np.int32] | None = None, greedy: npt.NDArray[np.bool_] | None = None, pi: _F32 | None = None, pi_x: _F64 | None = None,
-    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False,
+    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False,
 ) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
 def onehot(px: _F64, budgets: _F64, divergence: int | Program, keep: bool) -> _F64: ...
 @overload

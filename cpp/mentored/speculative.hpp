@@ -283,8 +283,104 @@ struct Step {
   const double* pi_x = nullptr;
   std::size_t B = 0, V = 0, extra = 0;
   bool keep = false, placeholders = false;
+  bool block = false;  // dense random requests verified as a block (verify_block), the rest token by token
   StepCheck check;
 };
+
+// Request b of a step verified as a block (docs/theory.md §10; Sun et al. 2025, block verification),
+// dense drafts: π_j is the verifier of position j (solved, or given), q̂_j = q_j/Σq_j. With w_0 = 1,
+// w_{i+1} = min(w_i·π_i(x_i)/q̂_i(x_i), 1) and, for 0 < i < m, R_i = Σ_y (w_i π_i(y) − q̂_i(y))₊,
+// h_i = R_i/(R_i + 1 − w_i) (1 when 0/0), h_m = w_m: τ is the largest i ≤ m with u0(position i − 1)
+// < h_i (0 if none); the row emits x_0 … x_{τ−1}, then the residual token (w_τ π_τ − q̂_τ)₊ at
+// u1(position τ) (from π_τ where rounding leaves it no mass), or the bonus at τ = m = n. The block
+// ends at m ≤ n, the first placeholder or (lenient) failed row, which is decided as the token rule
+// decides it: the chain's law there is p (placeholder) or the target's largest entry. All rows up
+// to m are solved before any decision; scratch holds n rows.
+template <class T, class F, class O, class Rows, class Rest>
+StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t b, std::size_t s, T* scratch, O* out,
+                       const Rows& check_rows, const Rest& check_rest, double* stats) {
+  const std::size_t V = st.V, n = static_cast<std::size_t>(st.n[b]);
+  const T* p = st.p + (s + b * st.extra) * V;
+  const T* q = st.q + s * V;
+  const std::int64_t* draft = st.draft + s;
+  const double* u = st.u + 2 * s;
+  static thread_local std::vector<const T*> pis;
+  static thread_local std::vector<double> iqs;
+  pis.assign(n, nullptr);
+  iqs.assign(n, 1.0);
+  std::size_t m = n;
+  std::int64_t stop_token = -1;  // the token decided at m < n (a failed row in lenient mode); −1: drawn from p
+  for (std::size_t j = 0; j < n && m == n; ++j) {
+    const T* pj = p + j * V;
+    const T* qj = q + j * V;
+    StepError e;
+    if (draft[j] < 0) {
+      e = check_rows(j);
+      if (e.status == StepStatus::ok) {
+        m = j;
+        break;
+      }
+    } else if constexpr (std::is_same_v<F, GivenF>) {
+      e = check_rows(j);
+      pis[j] = st.pi + (s + j) * V;
+    } else {
+      const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch + j * V,
+                                      RowCheck{st.check.rtol_p, st.check.rtol_q, stats});
+      e = c == Status::ok ? StepError{} : step_error(c, j, stats, stats + 3);
+      pis[j] = scratch + j * V;
+    }
+    if (e.status != StepStatus::ok) {
+      if (!st.check.lenient) return e;
+      m = j;
+      stop_token = largest_entry(pj, V);
+      break;
+    }
+    iqs[j] = 1.0 / stats[3];  // Σq as the solve (or the check) read it: π answers q/Σq
+  }
+  // The weights w_i and the last i whose test passes, scanned from the end.
+  static thread_local std::vector<double> w;
+  w.assign(m + 1, 1.0);
+  for (std::size_t i = 0; i < m; ++i) {
+    const auto x = static_cast<std::size_t>(draft[i]);
+    const double pix = static_cast<double>(pis[i][x]), qx = static_cast<double>(q[i * V + x]) * iqs[i];
+    w[i + 1] = !(pix > 0.0) || !(w[i] > 0.0) ? 0.0 : !(qx > 0.0) ? 1.0 : std::min(w[i] * (pix / qx), 1.0);
+  }
+  const auto residual = [&](std::size_t i) {
+    return [&, i](std::size_t y) {
+      return std::max(w[i] * static_cast<double>(pis[i][y]) - static_cast<double>(q[i * V + y]) * iqs[i], 0.0);
+    };
+  };
+  std::size_t tau = 0;
+  for (std::size_t i = m; i >= 1; --i) {
+    double h = w[i];
+    if (i < m) {
+      const auto r = residual(i);
+      double R = 0.0;
+      for (std::size_t y = 0; y < V; ++y) R += r(y);
+      const double den = R + (1.0 - w[i]);
+      h = den > 0.0 ? R / den : 1.0;
+    }
+    if (u[2 * (i - 1)] < h) {
+      tau = i;
+      break;
+    }
+  }
+  for (std::size_t j = 0; j < tau; ++j) out[j] = static_cast<O>(draft[j]);
+  if (tau < m) {
+    std::int64_t y = inverse_cdf(residual(tau), V, u[2 * tau + 1]);
+    if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pis[tau][i]); }, V, u[2 * tau + 1]);
+    out[tau] = static_cast<O>(y);
+    return check_rest(m == n ? n : m + 1);
+  }
+  if (m < n) {  // all m accepted, then the placeholder's token from p (or the failed row's)
+    const T* pm = p + m * V;
+    out[m] = static_cast<O>(stop_token >= 0 ? stop_token : inverse_cdf([&](std::size_t i) { return static_cast<double>(pm[i]); }, V, u[2 * m + 1]));
+    return check_rest(m + 1);
+  }
+  const StepError rest = check_rest(n);
+  if (rest.status == StepStatus::ok) out[n] = static_cast<O>(st.bonus[b]);
+  return rest;
+}
 
 // Request b of a step; scratch: a row [V] for π. out [width] (width ≥ n + 1) is filled with −1,
 // then the accepted drafts, the token at the first rejection, or the bonus at column n. Positions
@@ -330,6 +426,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
     }
     return {};
   };
+  if (st.block && q && !greedy) return verify_block(row, f, st, b, s, scratch, out, check_rows, check_rest, stats);
   for (std::size_t j = 0; j < n; ++j) {
     const T* pj = p + j * V;
     const T* qj = q ? q + j * V : nullptr;
@@ -397,7 +494,11 @@ std::size_t verify_batch(const Step<T>& st, const std::vector<StepF>& divs, int 
                          StepError& error, std::size_t max_rows, const Stop& stop) {
   const std::size_t B = st.B, V = st.V, extra = st.extra;
   std::vector<std::size_t> start(B + 1, 0);
-  for (std::size_t b = 0; b < B; ++b) start[b + 1] = start[b] + static_cast<std::size_t>(st.n[b]);
+  std::size_t K = 0;  // the longest request: a block keeps all its rows of π
+  for (std::size_t b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + static_cast<std::size_t>(st.n[b]);
+    K = std::max(K, static_cast<std::size_t>(st.n[b]));
+  }
   std::vector<StepError> errors(B);
   // Requests [b0, b1); trim: the call ends with them.
   const auto run = [&](std::size_t b0, std::size_t b1, bool trim) {
@@ -407,7 +508,7 @@ std::size_t verify_batch(const Step<T>& st, const std::vector<StepF>& divs, int 
     {
       OneShot& row = thread_workspace();
       static thread_local std::vector<T> scratch;
-      if (scratch.size() < V) scratch.resize(V);
+      if (scratch.size() < V * (st.block ? std::max<std::size_t>(K, 1) : 1)) scratch.resize(V * (st.block ? std::max<std::size_t>(K, 1) : 1));
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif

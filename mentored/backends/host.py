@@ -189,7 +189,7 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 # ---------------------------------------------------------------- the speculative step
 
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-                zeros, normalize):
+                zeros, normalize, block=False):
     """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1)."""
     check_zeros(zeros)
     div = _divergence(divergence)
@@ -220,7 +220,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     out, bad, status, pos, stats = _core.verify(
         p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
-        *(sum_rtol(d, normalize) for d in dtypes),
+        *(sum_rtol(d, normalize) for d in dtypes), block=block,
     )
     if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
             and row_error("", dtypes[1], stats[3:], "", True) is None:
@@ -228,7 +228,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
-                           zeros=zeros, normalize=True)
+                           zeros=zeros, normalize=True, block=block)
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
     return out
@@ -427,7 +427,7 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
         pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
     out, bad, status, pos, stats = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
-        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient,
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):

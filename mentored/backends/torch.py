@@ -1172,7 +1172,7 @@ class _Chains(NamedTuple):
 
 
 def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch.Tensor, bonus: torch.Tensor, chains: _Chains,
-            rows: Callable[[torch.Tensor], tuple], failed: tuple | None = None) -> torch.Tensor:
+            rows: Callable[[torch.Tensor], tuple], failed: tuple | None = None, block: torch.Tensor | None = None) -> torch.Tensor:
     r"""The accept / first-rejection / residual / bonus rule of ``cpp/mentored/speculative.hpp``, in
     torch: every device verification (:func:`speculative_step`, ``serving.rejection_sample``) is this.
 
@@ -1188,6 +1188,8 @@ def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch
     :math:`q = \delta_x` (π off x is proportional to p). int32 (B, K + 1), −1 where nothing is
     emitted; no host synchronisation. ``failed = (bad, token)`` (validation off): positions whose rows
     are not distributions reject their draft and emit ``token`` there, as the core's lenient mode.
+    ``block`` (B,) bool: those requests (random, dense drafts) are verified as a block instead
+    (:func:`_verify_block`, the core's ``verify_block``).
     """
     n, K, T = chains.n, chains.K, draft.shape[0]
     B, device = n.shape[0], bonus.device
@@ -1222,6 +1224,59 @@ def _verify(pi_x: torch.Tensor, q_x: torch.Tensor, u: torch.Tensor, draft: torch
             drawn = torch.where(failed[0][ts], failed[1][ts], drawn)
         token = torch.where(has_rej, drawn, bonus)
     out.scatter_(1, jstar[:, None], token[:, None].to(torch.int32))
+    if block is not None and K and T:
+        out = torch.where(block[:, None], _verify_block(pi_x, q_x, u, draft, bonus, chains, rows, failed), out)
+    return out
+
+
+def _verify_block(pi_x, q_x, u, draft, bonus, chains: _Chains, rows, failed) -> torch.Tensor:
+    r"""Block verification of every request (``verify_block`` of ``cpp/mentored/speculative.hpp``, in
+    torch; docs/theory.md §10): with :math:`w_0 = 1`, :math:`w_{i+1} = \min(w_i \pi_i(x_i)/q_i(x_i), 1)`,
+    :math:`h_i = R_i/(R_i + 1 - w_i)` for :math:`0 < i < m` (:math:`R_i = \sum_y (w_i\pi_i(y) - q_i(y))_+`,
+    1 when 0/0) and :math:`h_m = w_m`, τ is the largest i ≤ m with ``u[start + i − 1, 0] < h_i`` (0 if
+    none); then the residual token of :math:`(w_\tau\pi_\tau - q_\tau)_+` at ``u[start + τ, 1]``, or at
+    τ = m the token of the position ending the block (a placeholder's, drawn from p; a failed row's),
+    or the bonus. m: the first placeholder or failed position, else n. int32 (B, K + 1)."""
+    n, K, T = chains.n, chains.K, draft.shape[0]
+    B, device = n.shape[0], bonus.device
+    req, pos = chains.req, chains.pos
+    ends = draft < 0
+    if failed is not None:
+        ends = ends | failed[0]
+    pad = torch.ones((B, K), dtype=torch.bool, device=device)  # positions past n end the block too
+    pad[req, pos] = ends
+    cols = torch.arange(K + 1, device=device)
+    m = torch.where(pad.any(1), pad.to(torch.int8).argmax(1), n)
+    # the weights along each chain, one depth at a time (min(·, 1) does not factor)
+    ratio = torch.zeros((B, K), dtype=torch.float64, device=device)
+    ratio[req, pos] = torch.where(pi_x > 0, torch.where(q_x > 0, pi_x / q_x, torch.inf), 0.0)
+    w = torch.ones((B, K + 1), dtype=torch.float64, device=device)
+    for i in range(K):
+        w[:, i + 1] = torch.where(w[:, i] > 0, torch.minimum(w[:, i] * ratio[:, i], torch.ones_like(w[:, i])), 0.0)
+    pi, q, p = rows(torch.arange(T, device=device))
+    w_t = w[req, pos]
+    R = torch.zeros((B, K + 1), dtype=torch.float64, device=device)
+    R[req, pos] = (w_t[:, None] * pi - q).clamp(min=0).sum(-1)
+    den = R + (1 - w)
+    h = torch.where(den > 0, R / den.where(den > 0, torch.ones_like(den)), 1.0)
+    h = torch.where(cols[None, :] == m[:, None], w, h)
+    u0 = torch.ones((B, K + 1), dtype=torch.float64, device=device)  # u0 of position i − 1 tests h_i
+    u0[req, pos + 1] = u[:, 0]
+    passes = (u0 < h) & (cols[None, :] >= 1) & (cols[None, :] <= m[:, None])
+    tau = torch.where(passes.any(1), K - passes.flip(1).to(torch.int8).argmax(1), 0)
+    draft_pad = torch.full((B, K), -1, dtype=torch.int64, device=device)
+    draft_pad[req, pos] = draft
+    out = torch.full((B, K + 1), -1, dtype=torch.int32, device=device)
+    out[:, :K] = torch.where(cols[None, :K] < tau[:, None], draft_pad, -1).to(torch.int32)
+    # the token at column τ: the residual's, or the token of the position ending the block, or the bonus
+    t = (chains.starts + torch.minimum(tau, (n - 1).clamp(min=0))).clamp(max=T - 1)
+    w_tau = w.gather(1, tau[:, None])
+    drawn = _inverse_cdf((w_tau * pi[t] - q[t]).clamp(min=0), u[t, 1], pi[t])
+    ended = _inverse_cdf(p[t], u[t, 1], p[t])
+    if failed is not None:
+        ended = torch.where(failed[0][t], failed[1][t], ended)
+    token = torch.where(tau < m, drawn, torch.where(m < n, ended, bonus))
+    out.scatter_(1, tau[:, None], token[:, None].to(torch.int32))
     return out
 
 
@@ -1243,7 +1298,7 @@ def _inverse_cdf(w: torch.Tensor, u: torch.Tensor, fallback: torch.Tensor) -> to
 
 def _step(
     target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence="kl", budget=0.0, seed=None, uniforms=None,
-    zeros="continue",
+    zeros="continue", block=False,
 ) -> torch.Tensor:
     """:func:`mentored.speculative_step` for tensors on a device, by the torch algorithm there, on
     uniforms drawn on that device (:func:`step_uniforms`: a seed gives the same tokens on every device)."""
@@ -1280,7 +1335,8 @@ def _step(
     def rows(t):
         return pi[t], q[t] / sq[t, None], pi[t]
 
-    return _verify(pi_x, q_x, u.reshape(T, 2), x, bonus[:, 0], _Chains.uniform(B, k, device), rows).to(torch.int64)
+    every = torch.ones(B, dtype=torch.bool, device=device) if block else None
+    return _verify(pi_x, q_x, u.reshape(T, 2), x, bonus[:, 0], _Chains.uniform(B, k, device), rows, block=every).to(torch.int64)
 
 
 
@@ -1502,12 +1558,12 @@ class TorchBackend:
         return _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check)
 
     def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-             zeros, normalize):
+             zeros, normalize, block=False):
         if normalize:
             target_with_bonus_probs, draft_probs = (_normalized_tensor(x, name) for x, name in (
                 (target_with_bonus_probs, "target_with_bonus_probs"), (draft_probs, "draft_probs")))
         return _step(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget, seed=seed,
-                     uniforms=uniforms, zeros=zeros)
+                     uniforms=uniforms, zeros=zeros, block=block)
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
                normalize, logits=False):
@@ -1676,7 +1732,8 @@ def _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_to
         failed = (~(lse[0].isfinite() & lse[1].isfinite()) | p.isnan().any(-1), torch.zeros(T, dtype=torch.int64, device=device))
     else:
         failed = _failed_rows(p, q, normalize)
-    return _verify(pi_x, q_x, u, draft, bonus, chains, rows, failed)
+    block = dev(~plan.greedy) if plan.block and q is not None else None
+    return _verify(pi_x, q_x, u, draft, bonus, chains, rows, failed, block)
 
 
 def _log_softmax_terms(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

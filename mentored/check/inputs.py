@@ -14,7 +14,7 @@ from .. import _core
 
 # Shared by the layers above (not the package's public face: the entry points check their own arguments).
 __all__ = [
-    "as_distribution", "as_pair", "check_step_inputs", "check_sums", "check_zeros", "floats", "pair_arrays", "per_row", "refuse_pair",
+    "as_distribution", "as_pair", "block_method", "check_step_inputs", "check_sums", "check_zeros", "floats", "pair_arrays", "per_row", "refuse_pair",
     "row_error", "row_stats", "step_budgets", "step_uniforms", "sum_rtol", "threads_arg",
 ]
 
@@ -363,3 +363,13 @@ def step_uniforms(uniforms, seed, B: int, k: int) -> np.ndarray:
     if not np.all((u >= 0) & (u < 1)):
         raise ValueError("uniforms must lie in [0, 1)")
     return u
+
+
+METHODS = ("token", "block")
+
+
+def block_method(method) -> bool:
+    """Whether ``method`` asks for block verification (docs/theory.md §10); anything but the two names is refused."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method == "block"

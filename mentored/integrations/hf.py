@@ -46,7 +46,7 @@ except ImportError as exc:
 
 from ..verify.decoding import DecodeStats, Tally
 from .weights import MODELS_DIR, Pair, verify_checksums
-from ..check.inputs import per_row
+from ..check.inputs import block_method, per_row
 from ..verify.speculative import speculative_step
 
 __all__ = ["generate", "GenerateStats", "load_pair", "load_smollm", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
@@ -529,6 +529,7 @@ def generate(
     seed: int | None = None,
     streamer=None,
     use_cache: bool = True,
+    method: str = "token",
 ):
     r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored speculative decoding.
 
@@ -572,6 +573,9 @@ def generate(
     use_cache : bool
         Keep each model's KV cache (the default); ``False`` recomputes every prefix each pass, and
         gives the same tokens and statistics for the same seed (a check of the cache handling).
+    method : {"token", "block"}
+        Verify each round's drafts token by token, or jointly (block verification run on the chain
+        of verifiers: the same law, at least as many accepted drafts; docs/theory.md §10).
 
     Returns
     -------
@@ -599,6 +603,7 @@ def generate(
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    block_method(method)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     device, ids_in, prompts, V = _check_call(target_model, draft_model, input_ids, attention_mask, temperature, top_k, top_p,
@@ -644,11 +649,12 @@ def generate(
             result = torch.from_numpy(
                 speculative_step(
                     p.numpy(), bonus.numpy(), q_all.numpy(), draft_ids.numpy(), divergence=divergence, budget=row_budget.numpy(),
-                    uniforms=u.numpy(), zeros="keep",
+                    uniforms=u.numpy(), zeros="keep", method=method,
                 )
             )
         else:
-            result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep")
+            result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep",
+                                      method=method)
         t3 = time.perf_counter()
         still = []
         for i, b in enumerate(active):

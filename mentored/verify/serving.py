@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..check.inputs import check_zeros, per_row, sum_rtol, threads_arg
+from ..check.inputs import block_method, check_zeros, per_row, sum_rtol, threads_arg
 from ..backends import get_backend, is_tensor
 from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
@@ -74,7 +74,8 @@ class _Plan:
     request, budgets per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
     random and greedy positions, the groups by divergence) only where a path reads it."""
 
-    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T):
+    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T, method="token"):
+        self.block = block_method(method)
         if type(num_draft_tokens) is list and all(type(c) is int for c in num_draft_tokens):
             # vLLM's own form, a list of ints: read without numpy (a few µs a call)
             n, lo, total, K = num_draft_tokens, min(num_draft_tokens, default=0), sum(num_draft_tokens), max(num_draft_tokens, default=0)
@@ -246,6 +247,7 @@ def rejection_sample(
     validate=True,
     normalize=False,
     logits=False,
+    method="token",
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -267,6 +269,17 @@ def rejection_sample(
     - a **placeholder** draft (−1) is always rejected; a random request then draws its token from
       :math:`p` (there is no draft to lean toward), a greedy one emits the argmax.
     - all ``n_b`` accepted: ``bonus_token_ids[b]`` at column ``n_b``.
+
+    ``method="block"`` verifies each random request's dense drafts jointly (block verification, Sun
+    et al. 2025, run on the chain of mentored verifiers; docs/theory.md §10): with
+    :math:`w_0 = 1`, :math:`w_{i+1} = \min(w_i \pi_i(x_i)/q_i(x_i), 1)`, it keeps the longest prefix
+    :math:`x_{<\tau}` whose test ``u0(position τ−1) < h_τ`` passes (:math:`h_{n} = w_{n}`, and for
+    :math:`i < n` :math:`h_i = R_i/(R_i + 1 - w_i)`, :math:`R_i = \sum_y (w_i \pi_i(y) - q_i(y))_+`),
+    then draws the token at τ from :math:`(w_\tau \pi_\tau - q_\tau)_+` (``u1``) or emits the bonus.
+    The emitted stream's law is still the π chain, and the expected number of accepted drafts is at
+    least token by token's; at ``budget=0`` it is lossless block verification. Token-only drafts,
+    greedy requests and placeholders are decided as ``method="token"`` decides them (for a one-hot
+    :math:`q` the two rules have the same law; a placeholder ends the block).
 
     Parameters
     ----------
@@ -309,6 +322,8 @@ def rejection_sample(
         reads :math:`p_x = e^{\ell_x - \mathrm{logsumexp}\,\ell}`, and only the rows of positions
         that rejected are formed. A row with a NaN, a +inf or no finite entry has no law: refused
         with ``validate``, else decided as above (its softmax is NaN: token 0).
+    method : {"token", "block"}
+        Token-by-token verification (the default), or block verification of dense drafts.
 
     Returns
     -------
@@ -317,7 +332,7 @@ def rejection_sample(
     check_zeros(zeros)
     B = _bonus_shape(bonus_token_ids)
     T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
-    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T)
+    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method)
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
     return backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
@@ -342,7 +357,7 @@ class Verifier:
     uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
     rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
     convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
-    ``normalize`` as in :func:`rejection_sample`.
+    ``normalize`` and ``method`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -355,7 +370,7 @@ class Verifier:
     """
 
     def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False,
-                 normalize=False):
+                 normalize=False, method="token"):
 
         self.V = int(vocab_size)
         self.div = _divergence(divergence)
@@ -367,6 +382,8 @@ class Verifier:
         self.threads = threads_arg(threads)
         self.validate = validate
         self.normalize = bool(normalize)
+        self.method = method
+        self._block = block_method(method)
         # The core's tolerance on the rows' sums, by their dtype (its overloads take these two)
         self._rtol = {np.dtype(d): sum_rtol(d, self.normalize) for d in (np.float32, np.float64)}
         self.rng = np.random.default_rng(seed)
@@ -408,7 +425,7 @@ class Verifier:
         try:
             out, bad, status, pos, stats = _core.verify(
                 target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._divs, None, is_greedy, None, None,
-                self._keep, 0, True, self.threads, True, rtol, rtol,
+                self._keep, 0, True, self.threads, True, rtol, rtol, False, self._block,
             )
         except (TypeError, ValueError):
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
@@ -424,7 +441,7 @@ class Verifier:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
             draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
-            uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize,
+            uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize, method=self.method,
         )
 
 

@@ -11,6 +11,7 @@ on another device in torch (:mod:`mentored.backends.torch`), there (:mod:`mentor
 from __future__ import annotations
 
 from ..backends import get_backend
+from ..check.inputs import block_method
 
 __all__ = ["speculative_step"]
 
@@ -32,6 +33,7 @@ def speculative_step(
     threads=None,
     zeros="continue",
     normalize=False,
+    method="token",
 ):
     r"""One verification step of mentored speculative decoding for a batch of sequences.
 
@@ -85,6 +87,9 @@ def speculative_step(
         the tolerance of its dtype (relative 1e-6 in float64, 1e-3 in float32), and is read
         normalised within it. A float32 softmax widened to float64 sums to 1 only to float32's
         rounding (1 ± 1.5e-5 at V = 152,064): pass ``normalize=True`` for such rows.
+    method : {"token", "block"}
+        ``"block"``: the k drafts of each sequence verified jointly (block verification run on the
+        chain of verifiers π; :func:`mentored.verify.serving.rejection_sample`, docs/theory.md §10).
 
     Returns
     -------
@@ -103,7 +108,7 @@ def speculative_step(
     """
     return get_backend(target_with_bonus_probs, draft_probs, draft_token_ids, bonus_token_ids).step(
         target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget, seed=seed,
-        uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize,
+        uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize, block=block_method(method),
     )
 
 
