@@ -168,6 +168,7 @@ def assert_law(samples, probs, label):
     if e[-1] == 0:
         assert o[-1] == 0, f"{label}: {o[-1]:.0f} samples where the law has no mass"
         o, e = o[:-1], e[:-1]
+    assert len(o) >= 2, f"{label}: too few samples ({N}) to test the law"
     stat = float(((o - e) ** 2 / e).sum())
     pval = stats.chi2.sf(stat, len(o) - 1)
     assert pval > 1e-6, f"{label}: chi2 {stat:.1f} on {len(o) - 1} df, p = {pval:.2e}"
@@ -202,9 +203,13 @@ def assert_residual_law(out, tau, x, p_row, q_row, w, label):
 # ---------------------------------------------------------------- the ported tests
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# vLLM's five (n, T) cases with numpy inputs, two of them with torch's (the same core behind a conversion:
+# the whole grid twice would double the suite's time for no new path)
+LAW_CASES = [(1, 0.6, "numpy"), (3, 0.6, "numpy"), (1, 1.0, "numpy"), (3, 1.0, "numpy"), (5, 1.0, "numpy"), (3, 0.6, "torch"), (5, 1.0, "torch")]
+
+
 @pytest.mark.parametrize("dense", [True, False], ids=["draft_probs", "token_only"])
-@pytest.mark.parametrize("n,temperature", [(1, 0.6), (3, 0.6), (1, 1.0), (3, 1.0), (5, 1.0)])
+@pytest.mark.parametrize("n,temperature,backend", LAW_CASES)
 def test_block_verification_keeps_the_target_law(backend, dense, n, temperature):
     """Ports ``test_block_verification_rejection_sample``: random target and drafter logits, the
     target at temperature T (vLLM scales the target before verification and the draft logits inside it:
@@ -215,7 +220,7 @@ def test_block_verification_keeps_the_target_law(backend, dense, n, temperature)
     rng = np.random.default_rng(42 + 10 * n)
     p_row = softmax(rng.standard_normal(V) / temperature)
     q_row = softmax(rng.standard_normal(V) / temperature)
-    M = 20_000
+    M = 6000  # vLLM: 10 trials per token of 4096; here about 94 per token of 64
     args, x = trials(p_row, q_row, n, M, rng, one_hot=not dense)
     u = rng.random((M * n, 2))
     out = run(backend, args, method="block", uniforms=u)
@@ -224,8 +229,8 @@ def test_block_verification_keeps_the_target_law(backend, dense, n, temperature)
     assert (out[np.arange(n + 1)[None] <= tau[:, None]] >= 0).all() and (out[np.arange(n + 1)[None] > tau[:, None]] == -1).all()
     for pos in range(n + 1):
         # positions reached by fewer than 200 requests (token-only drafts from an unrelated drafter are
-        # rarely accepted) are left to the law of τ below; position 0 and 1 always have thousands
-        if pos < 2 or (tau >= pos).sum() >= 200:
+        # rarely accepted) are left to the law of τ below; every request reaches position 0
+        if pos == 0 or (tau >= pos).sum() >= 200:
             assert_law(out[tau >= pos, pos], p_row, f"position {pos}")
     taken = np.arange(n)[None] < tau[:, None]
     assert (out[:, :n][taken] == x[taken]).all()  # the accepted tokens are the drafts
@@ -239,8 +244,7 @@ def test_block_verification_keeps_the_target_law(backend, dense, n, temperature)
         assert_tau_law(tau, law, "τ, one-hot")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("n", [3, 5])
+@pytest.mark.parametrize("n,backend", [(3, "numpy"), (5, "numpy"), (3, "torch")])
 def test_block_verification_accepts_at_least_as_many(backend, n):
     """Ports ``test_block_verification_accepts_at_least_as_many``: a drafter close to the target
     (draft logits = target logits + 0.5·noise), the same requests and uniforms verified by block and by
@@ -250,7 +254,7 @@ def test_block_verification_accepts_at_least_as_many(backend, n):
     rng = np.random.default_rng(n)
     z = rng.standard_normal(V)
     p_row, q_row = softmax(z), softmax(z + 0.5 * rng.standard_normal(V))
-    M = 20_000
+    M = 10_000
     args, x = trials(p_row, q_row, n, M, rng)
     u = rng.random((M * n, 2))
     tau_block = accepted(run(backend, args, method="block", uniforms=u))
@@ -264,7 +268,7 @@ def test_block_verification_accepts_at_least_as_many(backend, n):
     mean_block, mean_token = (law_block @ levels).sum(), (law_token @ levels).sum()
     sd_block = math.sqrt((law_block @ levels**2 - (law_block @ levels) ** 2).sum())
     sd_token = math.sqrt((law_token @ levels**2 - (law_token @ levels) ** 2).sum())
-    assert mean_block - mean_token > 8 * (sd_block + sd_token), "the case must tell the rules apart"
+    assert mean_block - mean_token > 6 * (sd_block + sd_token), "the case must tell the rules apart"
     assert abs(tau_block.sum() - mean_block) < 5 * sd_block, (tau_block.sum(), mean_block, sd_block)
     assert abs(tau_token.sum() - mean_token) < 5 * sd_token, (tau_token.sum(), mean_token, sd_token)
 
@@ -278,7 +282,7 @@ def test_placeholders_truncate_the_block(backend, dense, num_placeholders):
     emitted position has the target's law; and τ has the law of the block of the real drafts alone
     (h of the last real draft is its w, not a residual mass read at the placeholder's position)."""
     rng = np.random.default_rng(7 + num_placeholders)
-    n, M = 3, 20_000
+    n, M = 3, 6000
     p_row, q_row = softmax(rng.standard_normal(V)), softmax(rng.standard_normal(V))
     args, x = trials(p_row, q_row, n, M, rng, one_hot=not dense)
     real = n - num_placeholders
@@ -288,7 +292,7 @@ def test_placeholders_truncate_the_block(backend, dense, num_placeholders):
     tau = accepted(out)
     assert (tau <= real).all(), "accepted a draft at or after a placeholder"
     for pos in range(real + 1):
-        if pos < 2 or (tau >= pos).sum() >= 200:
+        if pos == 0 or (tau >= pos).sum() >= 200:
             assert_law(out[tau >= pos, pos], p_row, f"position {pos}")
     if dense:
         _, h = block_weights(np.tile(p_row, (real, 1)), np.tile(q_row, (real, 1)), x[:, :real])
@@ -361,15 +365,14 @@ def test_ragged_batch_matches_each_request_alone_and_the_rule(backend, dense):
             assert got == token_decide(p[s : s + k], x[s : s + k], u[s : s + k], bonus[b, 0]), f"request {b}"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dense", [True, False], ids=["draft_probs", "token_only"])
+@pytest.mark.parametrize("dense,backend", [(True, "numpy"), (False, "numpy"), (True, "torch")], ids=["draft_probs-numpy", "token_only-numpy", "draft_probs-torch"])
 def test_multiround_generation_is_unbiased(backend, dense):
-    """Ports ``test_multiround_rejection_sample_is_unbiased`` (its block cases): 32768 sequences of 6
+    """Ports ``test_multiround_rejection_sample_is_unbiased`` (its block cases): 16384 sequences of 6
     tokens over two tokens, generated by rounds of k = 2 drafts, each round verified with fresh
     uniforms; every position of the sequences has the target's law. vLLM's case: p = (0.3, 0.7) and
     q = (0.7, 0.3) with probabilistic drafts; p = (0.5, 0.5) and the draft always token 0 without."""
     rng = np.random.default_rng(42)
-    M, L, k = 32768, 6, 2
+    M, L, k = 16384, 6, 2  # vLLM: 32768
     p_row = np.array([0.3, 0.7]) if dense else np.array([0.5, 0.5])
     q_row = np.array([0.7, 0.3]) if dense else np.array([1.0, 0.0])
     seq = np.full((M, L + k + 1), -1)

@@ -350,7 +350,7 @@ def test_register_swaps_both_runners_samplers(monkeypatch, runner_first):
     assert built.mentored_config.divergence == "kl" and built.mentored_config.budget == 0.1
 
 
-@pytest.mark.parametrize("method", ["synthetic", "block", "fly"])
+@pytest.mark.parametrize("method", ["synthetic", "fly"])  # "block" is honoured: tests/test_vllm_plugin_block.py
 def test_another_rejection_method_refuses_to_start(monkeypatch, method):
     monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
     monkeypatch.setenv("MENTORED_BUDGET", "0.1")
