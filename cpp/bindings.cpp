@@ -334,7 +334,8 @@ std::optional<carray<std::int32_t>> which_arg_of(const py::object& which_arg, st
 // all); greedy [B] bool or None; pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
 // divergence is None (given π, dense or token-only); placeholders: −1 drafts allowed (rejected).
 // rtol_p, rtol_q: tolerances on the rows' sums (∞: none); lenient: failed rows decided, not refused
-// (StepCheck); block: dense random requests verified as a block (verify_block). Ids: integer arrays of any width
+// (StepCheck); block: dense random requests verified as a block (verify_block); notes: also return log π,
+// log p and D_f(π‖p) of each emitted token ([B, max n + 1] float64 each, Step). Ids: integer arrays of any width
 // (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL is taken back to
 // check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time. Returns (out [B, max n + 1],
 // int32 or int64; the first failed request, −1 if none; its StepStatus code; the position in it,
@@ -344,7 +345,7 @@ template <class T>
 py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object num_draft, py::object bonus_ids,
                  carray<double> uniforms, carray<double> budgets, py::list divergences, py::object which_arg,
                  py::object greedy_arg, py::object pi_arg, py::object pi_x_arg, bool keep, int extra, bool placeholders,
-                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block) {
+                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block, bool notes) {
   rtol_arg(rtol_p, rtol_q);
   const std::vector<StepF> divs = divergences_arg(divergences);
   std::optional<carray<T>> q;
@@ -415,6 +416,15 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   st.check = StepCheck{rtol_p, rtol_q, lenient};
   const std::size_t width = K + 1;
   py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
+  std::optional<carray<double>> logpi, logp, spent;
+  if (notes) {
+    logpi.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    logp.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    spent.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    st.logpi = logpi->mutable_data();
+    st.logp = logp->mutable_data();
+    st.spent = spent->mutable_data();
+  }
   StepError error;
   std::size_t failed;
   bool interrupted = false;
@@ -436,6 +446,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
   carray<double> stats(6);
   std::copy(error.stats, error.stats + 6, stats.mutable_data());
+  if (notes) return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats, *logpi, *logp, *spent);
   return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats);
 }
 
@@ -821,7 +832,7 @@ PYBIND11_MODULE(_core, m) {
           py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(), py::arg("pi") = py::none(),
           py::arg("pi_x") = py::none(), py::arg("keep") = false, py::arg("extra") = 0, py::arg("placeholders") = false,
           py::arg("threads") = 0, py::arg("int32") = false, py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
-          py::arg("lenient") = false, py::arg("block") = false);
+          py::arg("lenient") = false, py::arg("block") = false, py::arg("notes") = false);
   };
   def_verify(&verify<double>);
   def_verify(&verify<float>);

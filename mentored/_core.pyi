@@ -1,7 +1,7 @@
 """Typed stub of the compiled module mentored._core (cpp/bindings.cpp); keep the two equal."""
 
 import enum
-from typing import Callable, overload
+from typing import Any, Callable, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -49,15 +49,15 @@ def verify(
     target: _F64, draft_probs: _F64 | None, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
     bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, divergences: list[int | Program | None],
     which: npt.NDArray[np.int32] | None = None, greedy: npt.NDArray[np.bool_] | None = None, pi: _F64 | None = None, pi_x: _F64 | None = None,
-    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False,
-) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
+    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False, notes: bool = False,
+) -> tuple[Any, ...]: ...
 @overload
 def verify(
     target: _F32, draft_probs: _F32 | None, draft_token_ids: npt.NDArray[np.integer], num_draft_tokens: npt.NDArray[np.int64] | list[int] | tuple[int, ...],
     bonus_token_ids: npt.NDArray[np.integer], uniforms: _F64, budgets: _F64, divergences: list[int | Program | None],
     which: npt.NDArray[np.int32] | None = None, greedy: npt.NDArray[np.bool_] | None = None, pi: _F32 | None = None, pi_x: _F64 | None = None,
-    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False,
-) -> tuple[npt.NDArray[np.int32] | npt.NDArray[np.int64], int, int, int, _F64]: ...
+    keep: bool = False, extra: int = 0, placeholders: bool = False, threads: int = 0, int32: bool = False, rtol_p: float = ..., rtol_q: float = ..., lenient: bool = False, block: bool = False, notes: bool = False,
+) -> tuple[Any, ...]: ...
 def onehot(px: _F64, budgets: _F64, divergence: int | Program, keep: bool) -> _F64: ...
 @overload
 def tree(
