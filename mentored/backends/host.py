@@ -60,7 +60,7 @@ class HostBackend:
         return self.like(step_arrays(*args, seed=seed, uniforms=uniforms, **kw))
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize, logits=False):
+               normalize, logits=False, notes=False):
         T = plan.T
         if uniforms is not None:
             u = given_uniforms(self.to_host(uniforms, "uniforms"), T)
@@ -74,7 +74,8 @@ class HostBackend:
             target_probs = softmax_rows(self.to_host(target_probs, "target_probs"))
         args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
-        return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
+        out = verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate, notes=notes)
+        return (self.like(out[0]), *out[1:]) if notes else self.like(out)
 
     def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize):
         if uniforms is not None:
@@ -403,10 +404,13 @@ def _host_rows(x, name: str, plan) -> np.ndarray:
     return a
 
 
-def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize, lenient=False):
+def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize, lenient=False,
+                  notes=False):
     """:func:`mentored.verify.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
     of the compiled core (``_core.verify``), which checks every row it is given as it reads it
-    (``lenient``, validation off: a position whose rows fail is decided there, not refused)."""
+    (``lenient``, validation off: a position whose rows fail is decided there, not refused). ``notes``:
+    returns ``(out, log π, log p, D_f(π‖p))`` of each emitted token (float64 (B, K + 1), NaN where
+    nothing is emitted; the bonus column NaN, the caller's)."""
     T = plan.T
     draft = _host_ids(draft_token_ids, "draft_token_ids")
     bonus = _host_ids(bonus_token_ids, "bonus_token_ids")
@@ -425,19 +429,52 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
     pi = pi_x = None
     if any(d is None for d in divs):
         pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
-    out, bad, status, pos, stats = _core.verify(
+    out, bad, status, pos, stats, *noted = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
-        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block,
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block, notes,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):
             # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or
             # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
             p, q = (x if x is None else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
-            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True, lenient)
+            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True, lenient, notes)
         raise refusal(status, bad, pos, stats, dtypes, p.shape[1], plan.divs[0 if plan.which is None else int(plan.which[bad])], plan.n,
                       normalize)
-    return out
+    if not notes:
+        return out
+    logpi, logp, spent = noted
+    if pi is not None or pi_x is not None:
+        _given_spent(plan, divs, p, draft, pi, pi_x, out, spent)
+    return out, logpi, logp, spent
+
+
+def _given_spent(plan, divs, p, draft, pi, pi_x, out, spent):
+    """D_f(π‖p) at the emitted positions of requests whose π was given (the core cannot evaluate their f),
+    in place: Σ_i p_i f̃(π_i/p_i) over the row (dense), or over x and the rest (token-only, greedy)."""
+    req, pos = np.nonzero((out >= 0) & (np.arange(out.shape[1])[None, :] < plan.n[:, None]))
+    t = plan.starts[req] + pos
+    which = plan.which[req] if plan.which is not None else np.zeros(req.size, dtype=np.int64)
+    for i, d in enumerate(divs):
+        sel = np.flatnonzero((which == i) & (draft[t] >= 0))
+        if d is not None or not sel.size:
+            continue
+        term, tt = _perspective(plan.divs[i]), t[sel]
+        P = p[tt].astype(np.float64)
+        P /= P.sum(1, keepdims=True)
+        greedy = plan.greedy[req[sel]]
+        if pi is not None and not greedy.all():
+            D = term(pi[tt].astype(np.float64), P).sum(1)
+        else:
+            x = np.where(greedy, P.argmax(1), draft[tt])
+            a = np.where(greedy, 1.0, pi_x[tt] if pi_x is not None else 0.0)
+            px = P[np.arange(tt.size), x]
+            D = term(a, px) + term(1.0 - a, 1.0 - px)
+        if pi is not None and greedy.any():
+            g = np.flatnonzero(greedy)
+            pa = P[g].max(1)
+            D[g] = term(1.0, pa) + term(0.0, 1.0 - pa)
+        spent[req[sel], pos[sel]] = D
 
 
 def rescalable(status, stats, dtypes) -> bool:

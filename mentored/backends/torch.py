@@ -1566,7 +1566,10 @@ class TorchBackend:
                      uniforms=uniforms, zeros=zeros, block=block)
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize, logits=False):
+               normalize, logits=False, notes=False):
+        if notes:
+            raise ValueError("return_logprobs needs host memory (numpy arrays or CPU tensors): the device algorithm does not "
+                             "report the law of what it emits; move the rows to the CPU for such steps")
         return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
                                  normalize, logits)
 

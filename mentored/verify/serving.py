@@ -28,7 +28,7 @@ from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
 from .. import _core
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier", "tree_sample", "tree_verifier"]
+__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier", "Emitted", "tree_sample", "tree_verifier"]
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -248,6 +248,8 @@ def rejection_sample(
     normalize=False,
     logits=False,
     method="token",
+    return_logprobs=False,
+    bonus_logprobs=None,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -324,10 +326,23 @@ def rejection_sample(
         with ``validate``, else decided as above (its softmax is NaN: token 0).
     method : {"token", "block"}
         Token-by-token verification (the default), or block verification of dense drafts.
+    return_logprobs : bool
+        Also return the exact law of what was emitted (docs/theory.md §11): see Returns.
+    bonus_logprobs : (B,) float, optional
+        The log-probability of each bonus token under the law it was drawn from (the target's at the
+        bonus position, whose divergence is 0): fills the bonus column of ``logprobs`` and
+        ``target_logprobs``; NaN there without it.
 
     Returns
     -------
-    int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted.
+    int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted; with
+    ``return_logprobs``, an :class:`Emitted` ``(tokens, logprobs)``: ``logprobs`` float64 (B, max + 1),
+    :math:`\log \pi(y)` of each emitted token :math:`y` under the verifier of its position (its exact
+    law given the tokens before it: the behaviour policy), NaN where nothing is emitted; beside them
+    ``.target_logprobs`` (:math:`\log p(y)`, :math:`p/\sum p`), ``.log_weights``
+    (:math:`\log p - \log \pi`, the importance weight of the token) and ``.spent``
+    (:math:`D_f(\pi\|p)` of that verifier; 0 for a placeholder's token and the bonus). Rows that are no
+    distribution (validation off) give NaN.
     """
     check_zeros(zeros)
     B = _bonus_shape(bonus_token_ids)
@@ -335,8 +350,59 @@ def rejection_sample(
     plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method)
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
-    return backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
-                          zeros=zeros, threads=threads, validate=validate, normalize=normalize, logits=bool(logits))
+    out = backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
+                         zeros=zeros, threads=threads, validate=validate, normalize=normalize, logits=bool(logits),
+                         notes=bool(return_logprobs))
+    if not return_logprobs:
+        return out
+    return Emitted.of(out, plan, bonus_logprobs)
+
+
+class Emitted(tuple):
+    r"""``(tokens, logprobs)`` of a verification asked for its law (``return_logprobs=True``), with
+    ``target_logprobs``, ``log_weights`` and ``spent`` beside them (docs/theory.md §11).
+
+    ``logprobs[b, j]`` is :math:`\log \pi_j(y)` for the token :math:`y` emitted at column j of request
+    b, :math:`\pi_j` the verifier it was drawn from; ``target_logprobs`` :math:`\log p_j(y)`;
+    ``log_weights = target_logprobs − logprobs``, so :math:`\exp \sum_j` of a row's weights is the
+    likelihood ratio of its tokens, target over verifier; ``spent[b, j]`` is :math:`D_f(\pi_j\|p_j)`.
+    All float64 numpy arrays (B, width), NaN where nothing is emitted."""
+
+    target_logprobs: np.ndarray
+    spent: np.ndarray
+
+    def __new__(cls, tokens, logprobs, target_logprobs, spent):
+        self = super().__new__(cls, (tokens, logprobs))
+        self.target_logprobs, self.spent = target_logprobs, spent
+        return self
+
+    @property
+    def tokens(self):
+        return self[0]
+
+    @property
+    def logprobs(self) -> np.ndarray:
+        return self[1]
+
+    @property
+    def log_weights(self) -> np.ndarray:
+        return self.target_logprobs - self.logprobs
+
+    @staticmethod
+    def of(verified, plan, bonus_logprobs) -> "Emitted":
+        """From a backend's ``(tokens, log π, log p, D)``: the bonus column filled."""
+        tokens, logpi, logp, spent = verified
+        t = np.asarray(tokens.cpu() if is_tensor(tokens) else tokens)
+        logpi, logp, spent = (np.asarray(x.cpu() if is_tensor(x) else x, dtype=np.float64) for x in (logpi, logp, spent))
+        rows = np.flatnonzero(plan.n < t.shape[1])
+        full = rows[t[rows, plan.n[rows]] >= 0]  # requests that emitted their bonus
+        spent[full, plan.n[full]] = 0.0
+        if bonus_logprobs is not None:
+            lb = np.asarray(bonus_logprobs.cpu() if is_tensor(bonus_logprobs) else bonus_logprobs, dtype=np.float64).reshape(-1)
+            if lb.shape != (plan.B,):
+                raise ValueError(f"bonus_logprobs must have one entry per request, shape ({plan.B},), got {lb.shape}")
+            logpi[full, plan.n[full]] = logp[full, plan.n[full]] = lb[full]
+        return Emitted(tokens, logpi, logp, spent)
 
 
 # ---------------------------------------------------------------- a reusable verifier
@@ -357,7 +423,7 @@ class Verifier:
     uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
     rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
     convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
-    ``normalize`` and ``method`` as in :func:`rejection_sample`.
+    ``normalize``, ``method``, ``return_logprobs`` and ``bonus_logprobs`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -408,14 +474,16 @@ class Verifier:
         self._ui = j
         return self._u[i:j]
 
-    def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None):
+    def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None,
+                 return_logprobs=False, bonus_logprobs=None):
         # One core call and a few attribute reads: after the core has streamed the rows, each Python
         # operation runs on a cold cache. The core takes numpy arrays of one float dtype,
         # C-contiguous, as they are (no copy): anything else raises TypeError there, a shape it
         # refuses ValueError, and both go to rejection_sample, which converts or names the problem.
         draft = draft_token_ids
-        if self.validate or generators:
-            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms)
+        if self.validate or generators or return_logprobs:  # the law of what is emitted: rejection_sample's notes
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms,
+                                  return_logprobs, bonus_logprobs)
         T = len(draft)
         if uniforms is None:
             u = self._draw(T)
@@ -436,12 +504,13 @@ class Verifier:
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
         raise refusal(status, bad, pos, stats, dtypes, target_probs.shape[1], self.div, num_draft_tokens, self.normalize)
 
-    def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
+    def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms, return_logprobs=False, bonus_logprobs=None):
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
             draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
             uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize, method=self.method,
+            return_logprobs=return_logprobs, bonus_logprobs=bonus_logprobs,
         )
 
 

@@ -1,0 +1,148 @@
+"""The law of what a verification emitted (``return_logprobs=True``): log π of each emitted token, log p
+beside it and D_f(π‖p) of its verifier, against a reference computed independently from the rows
+(π by :func:`mentored.solve` or the closed forms of docs/theory.md §8), to 1e-6."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mentored import Divergence, divergence as _divergence, solve
+from mentored.verify.serving import Emitted, Verifier, rejection_sample
+
+
+def rows(rng, T, V, a=0.4):
+    p = rng.dirichlet(np.full(V, a), size=T)
+    q = 0.6 * p + 0.4 * rng.dirichlet(np.full(V, a), size=T)
+    return p, q / q.sum(1, keepdims=True)
+
+
+def div_value(name, pi, p):
+    """D_f(π‖p) = Σ p f(π/p) from the divergence's own f, 0·f(0/0) = 0 and p = 0 < π costing f∞·π."""
+    d = _divergence(name)
+    pi, p = np.asarray(pi, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    out = 0.0
+    for a, b in zip(pi, p):
+        if b > 0:
+            out += b * float(d.f(np.array([a / b]))[0])
+        elif a > 0:
+            out += a * d.f_inf
+    return out
+
+
+def reference(p, q, draft, n, out, divergence, budget, greedy=None, onehot=False):
+    """log π, log p and D at each emitted column, from the rows alone."""
+    B, W = out.shape
+    lp_pi, lp_p, D = (np.full((B, W), np.nan) for _ in range(3))
+    start = np.concatenate([[0], np.cumsum(n)[:-1]])
+    for b in range(B):
+        for j in range(min(n[b], W)):
+            y = out[b, j]
+            if y < 0:
+                break
+            t = start[b] + j
+            x = draft[t]
+            if greedy is not None and greedy[b]:
+                pi = np.eye(p.shape[1])[p[t].argmax()]
+            elif x < 0:
+                pi = p[t]
+            elif onehot:
+                a = _onehot_a(p[t][x], divergence, budget)
+                pi = p[t] * (1 - a) / (1 - p[t][x])
+                pi[x] = a
+            else:
+                pi = solve(p[t], q[t], divergence=divergence, budget=budget).pi
+            lp_pi[b, j], lp_p[b, j] = np.log(pi[y]), np.log(p[t][y])
+            D[b, j] = 0.0 if x < 0 and not (greedy is not None and greedy[b]) else div_value(divergence, pi, p[t])
+    return lp_pi, lp_p, D
+
+
+def _onehot_a(px, divergence, budget):
+    from mentored.verify.serving import onehot_acceptance
+
+    return float(onehot_acceptance(np.array([px]), budget, divergence)[0])
+
+
+@pytest.mark.parametrize("method", ["token", "block"])
+@pytest.mark.parametrize("divergence,budget", [("kl", 0.0), ("kl", 0.2), ("tv", 0.1), ("hellinger", 0.05), ("reverse_kl", 0.1)])
+def test_dense_drafts(method, divergence, budget):
+    rng = np.random.default_rng(11)
+    B, V = 40, 6
+    n = rng.integers(0, 5, size=B)
+    T = int(n.sum())
+    p, q = rows(rng, T, V)
+    draft = np.array([rng.choice(V, p=q[t]) for t in range(T)])
+    draft[rng.random(T) < 0.05] = -1
+    greedy = rng.random(B) < 0.15
+    bonus = rng.integers(0, V, size=B)
+    lb = np.log(rng.random(B))
+    res = rejection_sample(draft, n, q, p, bonus, divergence=divergence, budget=budget, is_greedy=greedy, method=method,
+                           return_logprobs=True, bonus_logprobs=lb, uniforms=rng.random((T, 2)))
+    assert isinstance(res, Emitted)
+    tokens, logprobs = res
+    ref = reference(p, q, draft, n, tokens, divergence, budget, greedy)
+    body = np.arange(tokens.shape[1])[None, :] < n[:, None]
+    for got, want in zip((logprobs, res.target_logprobs, res.spent), ref):
+        np.testing.assert_allclose(np.where(body, got, np.nan), want, rtol=1e-6, atol=1e-9)
+    emitted = tokens >= 0
+    assert np.isnan(logprobs[~emitted]).all() and np.isfinite(logprobs[emitted]).all()
+    bonus_col = emitted & ~body
+    assert bonus_col.any()
+    np.testing.assert_array_equal(logprobs[bonus_col], lb[np.nonzero(bonus_col)[0]])
+    assert (res.spent[bonus_col] == 0).all()
+    np.testing.assert_allclose(res.log_weights[emitted], (res.target_logprobs - logprobs)[emitted])
+    if budget == 0:  # π = p: every weight is 1 (greedy rows aside, whose π is a point mass)
+        assert np.allclose(res.log_weights[emitted & ~greedy[:, None]], 0, atol=1e-9)
+
+
+@pytest.mark.parametrize("divergence,budget", [("kl", 0.1), ("tv", 0.2), ("chi2", 0.5)])
+def test_token_only_drafts(divergence, budget):
+    rng = np.random.default_rng(12)
+    B, V, k = 50, 7, 3
+    p, _ = rows(rng, B * k, V)
+    draft = rng.integers(0, V, size=B * k)
+    n = np.full(B, k)
+    bonus = rng.integers(0, V, size=B)
+    res = rejection_sample(draft, n, None, p, bonus, divergence=divergence, budget=budget, return_logprobs=True,
+                           uniforms=rng.random((B * k, 2)))
+    ref = reference(p, None, draft, n, res.tokens, divergence, budget, onehot=True)
+    body = np.arange(k + 1)[None, :] < n[:, None]
+    for got, want in zip((res.logprobs, res.target_logprobs, res.spent), ref):
+        np.testing.assert_allclose(np.where(body, got, np.nan), want, rtol=1e-6, atol=1e-9)
+    assert np.isnan(res.logprobs[:, k]).all()  # no bonus law given
+
+
+def test_a_user_divergence_whose_pi_is_solved_in_python():
+    # a generator from callables alone: the core cannot evaluate it, π and D are computed in Python
+    div = Divergence("by hand", f=lambda t: (t - 1) ** 2, fprime=lambda t: 2 * (t - 1), f_inf=np.inf, f0=1.0)
+    assert div.program is None and div.compiled is None
+    rng = np.random.default_rng(13)
+    B, V, k = 20, 5, 3
+    p, q = rows(rng, B * k, V)
+    draft = np.array([rng.choice(V, p=r) for r in q])
+    res = rejection_sample(draft, [k] * B, q, p, rng.integers(0, V, size=B), divergence=div, budget=0.05, return_logprobs=True,
+                           uniforms=rng.random((B * k, 2)))
+    for b in range(B):
+        for j in range(k):
+            y = res.tokens[b, j]
+            if y < 0:
+                break
+            pi = solve(p[b * k + j], q[b * k + j], divergence=div, budget=0.05).pi
+            assert res.logprobs[b, j] == pytest.approx(np.log(pi[y]), rel=1e-6)
+            want = float(np.sum(p[b * k + j] * div.f(pi / p[b * k + j])))
+            assert res.spent[b, j] == pytest.approx(want, rel=1e-6, abs=1e-12)
+
+
+def test_verifier_and_bad_bonus_logprobs():
+    rng = np.random.default_rng(14)
+    B, V, k = 10, 5, 2
+    p, q = rows(rng, B * k, V)
+    draft = np.array([rng.choice(V, p=r) for r in q])
+    u = rng.random((B * k, 2))
+    ver = Verifier(V, divergence="kl", budget=0.1, dtype=np.float64)
+    a = ver(draft, [k] * B, q, p, np.zeros(B, dtype=np.int64), uniforms=u, return_logprobs=True)
+    b = rejection_sample(draft, [k] * B, q, p, np.zeros(B, dtype=np.int64), divergence="kl", budget=0.1, uniforms=u, return_logprobs=True)
+    for x, y in zip((*a, a.target_logprobs, a.spent), (*b, b.target_logprobs, b.spent)):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="bonus_logprobs must have one entry per request"):
+        rejection_sample(draft, [k] * B, q, p, np.zeros(B, dtype=np.int64), return_logprobs=True, bonus_logprobs=np.zeros(3))
