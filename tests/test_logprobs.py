@@ -146,3 +146,74 @@ def test_verifier_and_bad_bonus_logprobs():
         np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="bonus_logprobs must have one entry per request"):
         rejection_sample(draft, [k] * B, q, p, np.zeros(B, dtype=np.int64), return_logprobs=True, bonus_logprobs=np.zeros(3))
+
+
+def test_speculative_step_fills_the_bonus_from_the_target():
+    from mentored import speculative_step
+
+    rng = np.random.default_rng(15)
+    B, k, V = 30, 3, 6
+    p = rng.dirichlet(np.full(V, 0.5), size=(B, k + 1))
+    q = rng.dirichlet(np.full(V, 0.5), size=(B, k))
+    draft = np.array([[rng.choice(V, p=q[b, j]) for j in range(k)] for b in range(B)])
+    bonus = np.array([[rng.choice(V, p=p[b, k])] for b in range(B)])
+    u = rng.random((B, k, 2))
+    res = speculative_step(p, bonus, q, draft, divergence="kl", budget=0.2, uniforms=u, return_logprobs=True)
+    np.testing.assert_array_equal(res.tokens, speculative_step(p, bonus, q, draft, divergence="kl", budget=0.2, uniforms=u))
+    full = res.tokens[:, k] >= 0
+    assert full.any()
+    np.testing.assert_allclose(res.logprobs[full, k], np.log(p[full, k, bonus[full, 0]]), rtol=1e-12)
+    np.testing.assert_array_equal(res.logprobs[full, k], res.target_logprobs[full, k])
+    ref = reference(p[:, :k].reshape(-1, V), q.reshape(-1, V), draft.ravel(), np.full(B, k), res.tokens, "kl", 0.2)
+    np.testing.assert_allclose(res.logprobs[:, :k], ref[0][:, :k], rtol=1e-6)
+    with pytest.raises(ValueError, match="host memory"):
+        import torch
+
+        from mentored import backends
+
+        saved = backends.CPU_SOLVER
+        backends.CPU_SOLVER = "torch"
+        try:
+            speculative_step(*(torch.as_tensor(a) for a in (p, bonus, q, draft)), budget=0.2, return_logprobs=True)
+        finally:
+            backends.CPU_SOLVER = saved
+
+
+def test_hf_generate_reports_the_law_of_each_returned_token():
+    """Recomputed along the returned sequence by the models themselves: log p of every token is the
+    warped target's, and log π is either the verifier's of (p, q) there or, for a bonus token, log p."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from mentored.integrations.hf import generate, sampling_probs
+
+    def build(layers, seed):
+        torch.manual_seed(seed)
+        cfg = GPT2Config(vocab_size=10, n_positions=64, n_embd=16, n_layer=layers, n_head=2, bos_token_id=0, eos_token_id=1,
+                         initializer_range=0.5)
+        return GPT2LMHeadModel(cfg).eval()
+
+    target, drafter = build(1, 0), build(1, 1)
+    prompt = torch.tensor([[3, 4, 5]])
+    budget = 0.3
+    ids, st = generate(target, drafter, prompt, k=3, max_new_tokens=12, budget=budget, seed=3, top_k=6)
+    new = ids[0, 3:]
+    assert len(st.logprobs[0]) == len(new) == len(st.spent[0])
+    with torch.no_grad():
+        P = sampling_probs(target(ids).logits[0].double(), top_k=6)
+        Q = sampling_probs(drafter(ids).logits[0].double(), top_k=6)
+    bonus = 0
+    for j, y in enumerate(new.tolist()):
+        p, q = P[2 + j].numpy(), Q[2 + j].numpy()
+        assert st.target_logprobs[0][j] == pytest.approx(np.log(p[y]), abs=1e-5)
+        pi = solve(p, q, divergence="kl", budget=budget).pi  # kl: π = 0 wherever p = 0 (f∞ = ∞), as zeros="keep" asks
+        if st.spent[0][j] == 0 and abs(st.logprobs[0][j] - np.log(p[y])) < 1e-5:
+            bonus += 1
+        else:
+            assert st.logprobs[0][j] == pytest.approx(np.log(pi[y]), abs=1e-4)
+    assert st.divergence[0] == pytest.approx(float(np.sum(st.spent[0])))
+    assert 0 < st.divergence[0] <= budget * len(new) + 1e-9
+    np.testing.assert_allclose(st.log_weights[0], st.target_logprobs[0] - st.logprobs[0])

@@ -190,8 +190,10 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 # ---------------------------------------------------------------- the speculative step
 
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-                zeros, normalize, block=False):
-    """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1)."""
+                zeros, normalize, block=False, notes=False):
+    """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1). ``notes``:
+    ``(out, log π, log p, D)`` of each emitted token (the core's notes; the bonus column NaN, a
+    divergence the core cannot evaluate NaN in D)."""
     check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
@@ -218,10 +220,10 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         pi = np.zeros((0, V), dtype=dtype)
     # One call: each position's π is solved in the core just before its acceptance test, and every
     # row is checked (entries, and sums within the tolerance of its dtype) as it is read.
-    out, bad, status, pos, stats = _core.verify(
+    out, bad, status, pos, stats, *noted = _core.verify(
         p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
-        *(sum_rtol(d, normalize) for d in dtypes), block=block,
+        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes,
     )
     if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
             and row_error("", dtypes[1], stats[3:], "", True) is None:
@@ -229,10 +231,10 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
-                           zeros=zeros, normalize=True, block=block)
+                           zeros=zeros, normalize=True, block=block, notes=notes)
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
-    return out
+    return (out, *noted) if notes else out
 
 
 def core_divergence(div):

@@ -355,7 +355,7 @@ def rejection_sample(
                          notes=bool(return_logprobs))
     if not return_logprobs:
         return out
-    return Emitted.of(out, plan, bonus_logprobs)
+    return Emitted.of(out, plan.n, bonus_logprobs)
 
 
 class Emitted(tuple):
@@ -389,19 +389,20 @@ class Emitted(tuple):
         return self.target_logprobs - self.logprobs
 
     @staticmethod
-    def of(verified, plan, bonus_logprobs) -> "Emitted":
-        """From a backend's ``(tokens, log π, log p, D)``: the bonus column filled."""
+    def of(verified, n, bonus_logprobs) -> "Emitted":
+        """From a backend's ``(tokens, log π, log p, D)`` of requests with ``n`` drafts: the bonus column filled."""
         tokens, logpi, logp, spent = verified
         t = np.asarray(tokens.cpu() if is_tensor(tokens) else tokens)
         logpi, logp, spent = (np.asarray(x.cpu() if is_tensor(x) else x, dtype=np.float64) for x in (logpi, logp, spent))
-        rows = np.flatnonzero(plan.n < t.shape[1])
-        full = rows[t[rows, plan.n[rows]] >= 0]  # requests that emitted their bonus
-        spent[full, plan.n[full]] = 0.0
+        n = np.asarray(n, dtype=np.int64)
+        rows = np.flatnonzero(n < t.shape[1])
+        full = rows[t[rows, n[rows]] >= 0]  # requests that emitted their bonus
+        spent[full, n[full]] = 0.0
         if bonus_logprobs is not None:
             lb = np.asarray(bonus_logprobs.cpu() if is_tensor(bonus_logprobs) else bonus_logprobs, dtype=np.float64).reshape(-1)
-            if lb.shape != (plan.B,):
-                raise ValueError(f"bonus_logprobs must have one entry per request, shape ({plan.B},), got {lb.shape}")
-            logpi[full, plan.n[full]] = logp[full, plan.n[full]] = lb[full]
+            if lb.shape != (n.size,):
+                raise ValueError(f"bonus_logprobs must have one entry per request, shape ({n.size},), got {lb.shape}")
+            logpi[full, n[full]] = logp[full, n[full]] = lb[full]
         return Emitted(tokens, logpi, logp, spent)
 
 
