@@ -217,3 +217,69 @@ def test_hf_generate_reports_the_law_of_each_returned_token():
     assert st.divergence[0] == pytest.approx(float(np.sum(st.spent[0])))
     assert 0 < st.divergence[0] <= budget * len(new) + 1e-9
     np.testing.assert_allclose(st.log_weights[0], st.target_logprobs[0] - st.logprobs[0])
+
+
+# ---------------------------------------------------------------- budgets by span
+
+
+def _tiny_pair():
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def build(layers, seed):
+        torch.manual_seed(seed)
+        cfg = GPT2Config(vocab_size=10, n_positions=96, n_embd=16, n_layer=layers, n_head=2, bos_token_id=0, eos_token_id=1,
+                         initializer_range=0.5)
+        return GPT2LMHeadModel(cfg).eval()
+
+    return build(1, 0), build(1, 1)
+
+
+def test_a_span_spends_the_budget_only_inside():
+    """Every returned token's divergence is 0 where its prefix leaves no span open, and the budget is
+    spent inside; a span opened in the prompt and never closed is the budget everywhere (the same
+    tokens as without spans), one that never opens is lossless."""
+    import torch
+
+    from mentored.integrations.hf import generate
+
+    target, drafter = _tiny_pair()
+    OPEN, CLOSE = 4, 5
+    prompts = torch.tensor([[3, 6, 7], [3, OPEN, 7]])
+    kw = dict(k=3, max_new_tokens=40, budget=0.5, divergence="tv", seed=5)
+    ids, st = generate(target, drafter, prompts, span=(OPEN, CLOSE), **kw)
+    inside_seen = outside_seen = 0
+    for b in range(2):
+        state = b == 1
+        for j, y in enumerate(ids[b, 3:].tolist()):
+            if not state:
+                assert st.spent[b][j] == 0 and st.log_weights[b][j] == pytest.approx(0, abs=1e-9)
+                outside_seen += 1
+            else:
+                inside_seen += st.spent[b][j] > 0
+            state = True if y == OPEN else False if y == CLOSE else state
+    assert inside_seen > 0 and outside_seen > 0
+    # open in both prompts: the budget everywhere until the first closing id, so the same tokens as
+    # without spans up to it (the same seed draws the same drafts and uniforms; budgets differ only
+    # at positions whose prefix holds a closing id)
+    both = torch.tensor([[OPEN, 6, 7], [3, OPEN, 7]])
+    a, _ = generate(target, drafter, both, span=(OPEN, CLOSE), **kw)
+    b, _ = generate(target, drafter, both, **kw)
+    for r in range(2):
+        new = a[r, 3:].tolist()
+        upto = new.index(CLOSE) + 1 if CLOSE in new else len(new)
+        assert a[r, 3 : 3 + upto].tolist() == b[r, 3 : 3 + upto].tolist()
+
+
+def test_bad_spans_are_refused():
+    import torch
+
+    from mentored.integrations.hf import generate
+
+    target, drafter = _tiny_pair()
+    for bad in ((4, 4), (4,), (4, 99), "ab", (4.5, 2)):
+        with pytest.raises(ValueError, match="span must"):
+            generate(target, drafter, torch.tensor([[3, 4]]), span=bad, max_new_tokens=2)

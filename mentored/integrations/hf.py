@@ -529,6 +529,42 @@ class _Rounds:
         return torch.cat([ids_in, gen_ids], dim=1), stats
 
 
+def _span_after(span, inside: bool, tokens) -> bool:
+    """Whether a span is open after ``tokens``, starting from ``inside``: the last of its ids seen decides."""
+    opening, closing = span
+    for t in tokens:
+        if t == opening:
+            inside = True
+        elif t == closing:
+            inside = False
+    return inside
+
+
+def _span_states(span, prompts, V: int):
+    """Per row, whether a span is open after its prompt; None without spans. Checks ``span``."""
+    if span is None:
+        return None
+    try:
+        opening, closing = (int(x) for x in span)
+        if tuple(span) != (opening, closing):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError(f"span must be a pair of token ids (open_id, close_id), got {span!r}") from None
+    if opening == closing or not (0 <= opening < V and 0 <= closing < V):
+        raise ValueError(f"span must hold two different token ids in [0, {V}), got {span!r}")
+    return [_span_after((opening, closing), False, p.tolist()) for p in prompts]
+
+
+def _span_mask(span, inside: list, drafts: torch.Tensor) -> torch.Tensor:
+    """(A, k) float64: 1 where a position's prefix leaves a span open, 0 elsewhere."""
+    mask = torch.zeros(drafts.shape, dtype=torch.float64)
+    for i, state in enumerate(inside):
+        for j, t in enumerate(drafts[i].tolist()):
+            mask[i, j] = float(state)
+            state = _span_after(span, state, (t,))
+    return mask
+
+
 def _pad_id(model, pad_token_id, eos_token_id) -> int:
     """``pad_token_id``, else the model's, else ``eos_token_id``, else 0."""
     for candidate in (pad_token_id, getattr(model.config, "pad_token_id", None), eos_token_id):
@@ -557,6 +593,7 @@ def generate(
     streamer=None,
     use_cache: bool = True,
     method: str = "token",
+    span=None,
 ):
     r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored speculative decoding.
 
@@ -603,6 +640,13 @@ def generate(
     method : {"token", "block"}
         Verify each round's drafts token by token, or jointly (block verification run on the chain
         of verifiers: the same law, at least as many accepted drafts; docs/theory.md §10).
+    span : (open_id, close_id), optional
+        Spend the budget only inside spans: a position is verified with the row's budget when, in its
+        prefix (prompt, returned tokens and the drafts before it), the last of the two ids seen is
+        ``open_id`` (a reasoning span ``<think> … </think>``, say), and losslessly (budget 0)
+        elsewhere. The opening token itself is verified outside, the closing one inside. Drafts that
+        open or close a span move the boundary within a round: the budget of each position is a
+        function of its prefix, so the emitted law is still the chain of verifiers (docs/theory.md §11).
 
     Returns
     -------
@@ -639,6 +683,7 @@ def generate(
     if streamer is not None and B != 1:
         raise ValueError("a streamer needs batch size 1 (as in transformers)")
     budget_t = torch.as_tensor(per_row(budget, B, "budget", unit="row"))  # the package's one budget rule
+    inside = _span_states(span, prompts, V)
     pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
@@ -671,6 +716,8 @@ def generate(
         bonus = _draw(p[:, k], gen)
         u = torch.rand((len(active), k, 2), generator=gen, device=device, dtype=torch.float64)
         row_budget = budget_t if budget_t.ndim == 0 else budget_t[active][:, None]
+        if span is not None:  # each position's budget, from the state its prefix leaves (drafts included)
+            row_budget = row_budget * _span_mask(span, [inside[b] for b in active], draft_ids)
         q_all = torch.stack(q_rows, dim=1)
         notes = None
         if device.type == "cpu":  # the C++ core: a few ms per step where the torch path's small ops take tens
@@ -692,7 +739,11 @@ def generate(
             L = int(seqs[b].numel())
             target_lm.keep(i, L + n_acc)
             draft_lm.keep(i, L + min(n_acc, k - 1))
-            if rounds.emit(b, new, n_acc, None if notes is None else [x[i][: n_acc + 1] for x in notes]):
+            kept = len(rounds.out[b])
+            going = rounds.emit(b, new, n_acc, None if notes is None else [x[i][: n_acc + 1] for x in notes])
+            if span is not None:
+                inside[b] = _span_after(span, inside[b], rounds.out[b][kept:])
+            if going:
                 still.append(i)
         rounds.close(still, (target_lm, draft_lm), t0, t1, t2, t3)
     return rounds.result(ids_in, pad_token_id)
