@@ -283,3 +283,103 @@ def test_bad_spans_are_refused():
     for bad in ((4, 4), (4,), (4, 99), "ab", (4.5, 2)):
         with pytest.raises(ValueError, match="span must"):
             generate(target, drafter, torch.tensor([[3, 4]]), span=bad, max_new_tokens=2)
+
+
+# ---------------------------------------------------------------- trees
+
+
+def _random_trees(rng, B, V):
+    tokens, parents, sizes = [], [], []
+    for _ in range(B):
+        n = int(rng.integers(1, 8))
+        par = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+        tok = [0] * n
+        for i in range(1, n):  # distinct tokens among siblings
+            used = {tok[j] for j in range(1, i) if par[j] == par[i]}
+            tok[i] = int(rng.choice([t for t in range(V) if t not in used]))
+        tokens += tok
+        parents += par
+        sizes.append(n)
+    return np.array(tokens), np.array(parents), np.array(sizes)
+
+
+@pytest.mark.parametrize("divergence,budget", [("kl", 0.0), ("kl", 0.3), ("tv", 0.2), ("hellinger", 0.05)])
+def test_trees_against_the_set_verifier_in_closed_form(divergence, budget):
+    """objective="acceptance": π_v puts onehot_acceptance(p_v(S), ε) on the children S in proportion to
+    p_v, the rest in proportion to p_v (docs/theory.md §9); log π, log p and D from that closed form."""
+    from mentored.verify.serving import onehot_acceptance, tree_sample
+
+    rng = np.random.default_rng(16)
+    B, V = 30, 7
+    tokens, parents, sizes = _random_trees(rng, B, V)
+    p = rng.dirichlet(np.full(V, 0.5), size=len(tokens))
+    res, last = tree_sample(tokens, parents, sizes, p, divergence=divergence, budget=budget, objective="acceptance",
+                            uniforms=rng.random((len(tokens), 2)), return_logprobs=True)
+    out = res.tokens
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    f = _divergence(divergence)
+    checked = 0
+    for b in range(B):
+        path = [int(last[b])]
+        while parents[starts[b] + path[-1]] >= 0:
+            path.append(int(parents[starts[b] + path[-1]]))
+        path.reverse()
+        for d, v in enumerate(path):
+            g = starts[b] + v
+            kids = [starts[b] + i for i in range(sizes[b]) if parents[starts[b] + i] == v and i > 0]
+            pS = p[g, tokens[kids]].sum() if kids else 0.0
+            a = float(onehot_acceptance(np.array([pS]), budget, divergence)[0]) if kids else 0.0
+            y = out[b, d]
+            on_kids = y in tokens[kids] and d + 1 < len(path)
+            pi_y = a * p[g, y] / pS if on_kids else (1 - a) * p[g, y] / (1 - pS)
+            D = (pS * float(f.f(np.array([a / pS]))[0]) if pS > 0 else 0.0) + (1 - pS) * float(f.f(np.array([(1 - a) / (1 - pS)]))[0])
+            assert res[1][b, d] == pytest.approx(np.log(pi_y), rel=1e-6, abs=1e-9)
+            assert res.target_logprobs[b, d] == pytest.approx(np.log(p[g, y]), rel=1e-9)
+            assert res.spent[b, d] == pytest.approx(D if kids else 0.0, rel=1e-6, abs=1e-9)
+            checked += 1
+        assert np.isnan(res[1][b, len(path):]).all()
+    assert checked > B
+
+
+def test_trees_weighted_verifier_stays_within_budget_and_sums_to_one():
+    """objective="length": each emitted token's log π is its node's mass (tree_verifier) or the rest in
+    proportion to p; D ≤ ε at every emitted position; greedy rows have log π = 0."""
+    from mentored.verify.serving import tree_sample, tree_verifier
+
+    rng = np.random.default_rng(17)
+    B, V = 30, 6
+    tokens, parents, sizes = _random_trees(rng, B, V)
+    p = rng.dirichlet(np.full(V, 0.5), size=len(tokens))
+    greedy = rng.random(B) < 0.2
+    kw = dict(divergence="kl", budget=0.2, is_greedy=greedy)
+    res, last = tree_sample(tokens, parents, sizes, p, uniforms=rng.random((len(tokens), 2)), return_logprobs=True, **kw)
+    accept, _ = tree_verifier(tokens, parents, sizes, p, **kw)
+    emitted = res.tokens >= 0
+    assert (res.spent[emitted & ~greedy[:, None]] <= 0.2 + 1e-9).all()
+    assert (res.logprobs[emitted & greedy[:, None]] == 0).all()
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    for b in np.flatnonzero(~greedy):
+        node = starts[b] + last[b]
+        d = 0
+        while parents[node] >= 0:  # the accepted nodes, deepest first: each token's π is its mass
+            d_node = np.count_nonzero(res.tokens[b] >= 0) - 2 - d
+            assert res.logprobs[b, d_node] == pytest.approx(np.log(accept[node]), rel=1e-9)
+            node = starts[b] + parents[node]
+            d += 1
+
+
+def test_generate_tree_reports_the_law_of_each_returned_token():
+    import torch
+
+    from mentored.integrations.hf import sampling_probs
+    from mentored.integrations.trees import generate_tree
+
+    target, drafter = _tiny_pair()
+    ids, st = generate_tree(target, drafter, torch.tensor([[3, 4, 5]]), width=2, depth=2, max_new_tokens=10, budget=0.2, seed=4)
+    new = ids[0, 3:].tolist()
+    assert len(st.logprobs[0]) == len(new)
+    with torch.no_grad():
+        P = sampling_probs(target(ids).logits[0].double())
+    for j, y in enumerate(new):
+        assert st.target_logprobs[0][j] == pytest.approx(np.log(P[2 + j, y].item()), abs=1e-5)
+    assert (st.spent[0] <= 0.2 + 1e-9).all() and np.isfinite(st.logprobs[0]).all()

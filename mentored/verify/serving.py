@@ -689,7 +689,7 @@ def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objectiv
 
 
 def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False):
+                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False):
     r"""Verify a batch of draft trees with mentored decoding, in one call.
 
     Request ``b`` owns the ``num_nodes[b]`` consecutive nodes starting at :math:`\sum_{c<b} n_c` of
@@ -736,6 +736,11 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     validate : bool
         Tensors: check the ids, siblings and rows (host synchronisations); without it nothing is read
         back from the device. Host input is always checked (by the core, in its pass over the rows).
+    return_logprobs : bool
+        Return an :class:`Emitted` ``(tokens_out, logprobs)`` in place of ``tokens_out``: :math:`\log
+        \pi_v(y)` of each emitted token at its node :math:`v` (the children's masses on their tokens, the
+        rest of :math:`\pi_v` in proportion to :math:`p_v`; at a leaf :math:`p_v`), with ``target_logprobs``
+        and ``spent`` (:math:`D_f(\pi_v\|p_v)`) beside them (docs/theory.md §11), float64 numpy arrays.
 
     Ids (``tokens``, ``parents``, ``num_nodes``) may be of any integer dtype, unsigned included, and
     are read by value: a uint64 id from 2⁶³ on is outside every vocabulary, and refused as such.
@@ -770,9 +775,69 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     >>> out.tolist(), last.tolist()  # u0 = 0.7 lands on node 2 (token 1): p(0) = 0.5 ≤ 0.7 < 0.8
     ([[1, 0]], [2])
     """
-    out, last, _, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
-                            zeros, threads, validate, normalize)
+    out, last, accept, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
+                                 zeros, threads, validate, normalize)
+    if return_logprobs:
+        N = len(tokens)
+        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+        return _tree_notes(plan, tokens, target_probs, out, last, accept), last
     return out, last
+
+
+def _host_numpy(x):
+    return np.asarray(x.detach().cpu() if is_tensor(x) else x)
+
+
+def _tree_notes(plan, tokens, target_probs, out, last, accept) -> "Emitted":
+    """log π_v, log p_v and D_f(π_v‖p_v) of each token a tree walk emitted, from the verifier's own masses:
+    along the path root → last, node v emitted its accepted child's token (π_v = its mass), and the walk's
+    last node its drawn token (π_v = (1 − Σ children's masses)·p_v/(1 − p_v(children)) off the children)."""
+    tok, P, acc = _host_numpy(tokens).astype(np.int64), _host_numpy(target_probs).astype(np.float64), _host_numpy(accept).astype(np.float64)
+    t_out, lst = _host_numpy(out), _host_numpy(last).astype(np.int64)
+    P = P / P.sum(1, keepdims=True)
+    kids = [[] for _ in range(len(tok))]
+    for i, g in enumerate(plan.gp):
+        if g >= 0:
+            kids[g].append(i)
+    shape = t_out.shape
+    logpi, logp, spent = (np.full(shape, np.nan) for _ in range(3))
+    terms = {}
+    for b in range(plan.B):
+        path = [int(plan.starts[b] + lst[b])]
+        while plan.gp[path[-1]] >= 0:
+            path.append(int(plan.gp[path[-1]]))
+        path.reverse()  # root, …, last accepted
+        div = plan.divs[0 if plan.which is None else int(plan.which[b])]
+        term = terms.setdefault(id(div), _node_term(div))
+        for d, v in enumerate(path):
+            y = int(t_out[b, d])
+            ch = kids[v]
+            m = acc[ch] if ch else np.zeros(0)
+            ps = P[v, tok[ch]] if ch else np.zeros(0)
+            if plan.greedy[b]:
+                hot = np.argmax(P[v])
+                pi_y, D = float(y == hot), _point_mass_divergence(term, P[v, hot])
+            else:
+                rest_p, rest_m = max(1.0 - ps.sum(), 0.0), max(1.0 - m.sum(), 0.0)
+                if d + 1 < len(path):
+                    pi_y = float(acc[path[d + 1]])
+                else:
+                    pi_y = rest_m * P[v, y] / rest_p if rest_p > 0 else np.nan
+                D = float(np.sum(term(m, ps)) + term(rest_m, rest_p)) if ch else 0.0
+            logpi[b, d], logp[b, d], spent[b, d] = np.log(pi_y), np.log(P[v, y]), D
+    return Emitted(out, logpi, logp, spent)
+
+
+def _node_term(div):
+    """y·f̃(x/y), elementwise, of the divergence (a unit of mass off p costing f̃∞)."""
+    from ..backends.host import _perspective
+
+    return _perspective(div)
+
+
+def _point_mass_divergence(term, pa: float) -> float:
+    """D_f(δ_a‖p) = p_a f̃(1/p_a) + (1 − p_a) f̃(0): a greedy request's verifier."""
+    return float(term(1.0, pa) + term(0.0, 1.0 - pa))
 
 
 def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
