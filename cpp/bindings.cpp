@@ -44,8 +44,8 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
     throw std::invalid_argument("target and draft must be (B, n) arrays of one shape");
   const auto rows = static_cast<std::size_t>(p.shape(0)), n = static_cast<std::size_t>(p.shape(1));
   if (values.ndim() != 1 || static_cast<std::size_t>(values.shape(0)) != rows)
-    throw std::invalid_argument("one budget or acceptance per row is required");
-  if (mode != 0 && mode != 1) throw std::invalid_argument("mode must be 0 (budget) or 1 (acceptance)");
+    throw std::invalid_argument("one budget, acceptance or price per row is required");
+  if (mode != 0 && mode != 1 && mode != 2) throw std::invalid_argument("mode must be 0 (budget), 1 (acceptance) or 2 (price)");
   return {rows, n};
 }
 
@@ -639,8 +639,8 @@ class PyPath {
     return path_.divergence(tab, PyF{scalar, tab.f_inf}, path_.at(s));
   }
 
-  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets, bool acceptance) const {
-    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance);  // the callable needs the GIL
+  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets, bool acceptance, bool price) const {
+    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance, price);  // the callable needs the GIL
   }
 
   // The same from a user generator's program (program.hpp): no Python in the loop, the GIL released.
@@ -654,17 +654,19 @@ class PyPath {
     return path_.divergence(tab, ProgramF(program), path_.at(s));
   }
 
-  carray<double> frontier_program(const Table& tab, const Program& program, carray<double> budgets, bool acceptance) const {
-    return frontier_of(tab, ProgramF(program), budgets, true, acceptance);
+  carray<double> frontier_program(const Table& tab, const Program& program, carray<double> budgets, bool acceptance,
+                                  bool price) const {
+    return frontier_of(tab, ProgramF(program), budgets, true, acceptance, price);
   }
 
   double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
 
   double divergence_at(int code, double s) const { return path_.divergence(table(code), BuiltinF(generator(code)), path_.at(s)); }
 
-  // s, t_lo, t_hi, D (and with acceptance, Σ min(π, q)) for each budget; the table is built once.
-  carray<double> frontier(int code, carray<double> budgets, bool acceptance) const {
-    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true, acceptance);
+  // s, t_lo, t_hi, D (and with acceptance, Σ min(π, q)) for each budget, or for each price λ > 0
+  // with price (the optimum of A − λ·D_f: Path::solve_price); the table is built once.
+  carray<double> frontier(int code, carray<double> budgets, bool acceptance, bool price) const {
+    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true, acceptance, price);
   }
 
   // Σ min(π(s)_i, q_i) in O(log n), accurate however small (Path::acceptance).
@@ -673,7 +675,7 @@ class PyPath {
  private:
   template <class F>
   carray<double> frontier_of(const Table& tab, const F& f, carray<double> budgets, bool release_gil,
-                             bool acceptance) const {
+                             bool acceptance, bool price = false) const {
     const auto k = static_cast<std::size_t>(budgets.size());
     const std::size_t w = acceptance ? 5 : 4;
     carray<double> out({k, w});
@@ -685,7 +687,11 @@ class PyPath {
         std::optional<py::gil_scoped_release> release;  // reacquired before `out` is touched again
         if (release_gil) release.emplace();
         for (std::size_t i = i0; i < i1; ++i) {
-          const Point x = path_.solve_budget(tab, f, b[i]);
+          // Price ∞ is budget 0 and price 0 budget ∞ (solve_row); the search takes those in between.
+          const Point x = !price                ? path_.solve_budget(tab, f, b[i])
+                          : !(b[i] < kInf)      ? path_.solve_budget(tab, f, 0.0)
+                          : b[i] > 0.0          ? path_.solve_price(tab, f, b[i])
+                                                : path_.solve_budget(tab, f, kInf);
           o[w * i + 0] = x.s;
           o[w * i + 1] = x.t_lo;
           o[w * i + 2] = x.t_hi;
@@ -748,6 +754,7 @@ const char* enum_name(Mode s) {
   switch (s) {
     case Mode::budget: return "budget";
     case Mode::acceptance: return "acceptance";
+    case Mode::price: return "price";
   }
   return nullptr;
 }
@@ -773,7 +780,7 @@ PYBIND11_MODULE(_core, m) {
   // and the mode solve takes; the core returns and takes their int values.
   export_enum<Status>(m, "Status", "Status of a row solved by solve / solve_custom (path.hpp).");
   export_enum<StepStatus>(m, "StepStatus", "Status of verify at its first failing request (speculative.hpp).");
-  export_enum<Mode>(m, "Mode", "What solve's values are: budgets ε or acceptances a (solve.hpp).");
+  export_enum<Mode>(m, "Mode", "What solve's values are: budgets ε, acceptances a or prices λ (solve.hpp).");
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
@@ -935,15 +942,16 @@ PYBIND11_MODULE(_core, m) {
       .def("at", &PyPath::at, py::arg("s"))
       .def("pi", &PyPath::pi, py::arg("s"))
       .def("divergence_at", &PyPath::divergence_at, py::arg("code"), py::arg("s"))
-      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false)
+      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false,
+           py::arg("price") = false)
       .def("acceptance_at", &PyPath::acceptance_at, py::arg("s"))
       .def("s_max_for", &PyPath::s_max_for, py::arg("f_inf"))
       .def("table_custom", &PyPath::table_program, py::arg("program"))
       .def("divergence_custom", &PyPath::divergence_program, py::arg("table"), py::arg("program"), py::arg("s"))
       .def("frontier_custom", &PyPath::frontier_program, py::arg("table"), py::arg("program"), py::arg("budgets"),
-           py::arg("acceptance") = false)
+           py::arg("acceptance") = false, py::arg("price") = false)
       .def("table_custom", &PyPath::table_custom, py::arg("f_vec"), py::arg("f_inf"))
       .def("divergence_custom", &PyPath::divergence_custom, py::arg("table"), py::arg("f_scalar"), py::arg("s"))
       .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"),
-           py::arg("acceptance") = false);
+           py::arg("acceptance") = false, py::arg("price") = false);
 }

@@ -5,6 +5,7 @@ Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
   Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf
   Mentored.Levels Mentored.Tree Mentored.Block.
+Require Import Mentored.Price.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -115,3 +116,9 @@ Print Assumptions block_dominates.
 Print Assumptions block_mentored.
 Print Assumptions block_lossless.
 Print Assumptions binary_example.
+Print Assumptions price_budget_optimal.
+Print Assumptions price_supergradient.
+Print Assumptions supergradient_price.
+Print Assumptions curve_price_optimal.
+Print Assumptions curve_price_supergradient.
+Print Assumptions price_on_curve.

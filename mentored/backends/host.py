@@ -129,11 +129,15 @@ def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
-def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out) -> Solved:
-    """:func:`mentored.solve` on numpy arrays: its checks, then one batched core call."""
+def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out, price=None) -> Solved:
+    """:func:`mentored.solve` on numpy arrays: its checks, then one batched core call.
+
+    ``price`` (a scalar or one λ per row) solves max A(π) − λ·D_f(π‖p) per row (the core's Mode.price):
+    the batch entry for callers with per-row prices."""
     div = _divergence(divergence)
-    if (budget is None) == (acceptance is None):
-        raise ValueError("give exactly one of budget= and acceptance=")
+    given = [name for name, v in (("budget", budget), ("acceptance", acceptance), ("price", price)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of budget=, acceptance= and price= (got {', '.join(given) or 'none'})")
     nthreads = threads_arg(threads)
     # Types and shapes here; entries and sums in the core's own first pass over each row, which
     # refuses a row with a typed status and its sums, mapped to the errors by refuse_pair.
@@ -150,6 +154,8 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
     by_budget = budget is not None
     if by_budget:
         mode, values = _core.Mode.budget.value, per_row(budget, rows, "budget")
+    elif price is not None:
+        mode, values = _core.Mode.price.value, per_row(price, rows, "price")
     else:
         mode, values = _core.Mode.acceptance.value, per_row(acceptance, rows, "acceptance", upper=1.0)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
@@ -169,7 +175,7 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
     if (status.any() or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
         target, draft = as_pair(target, draft, True)
         return solve_arrays(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads, normalize=True,
-                            check=check, out=out)
+                            check=check, out=out, price=price)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
@@ -179,10 +185,11 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
                 f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
         raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
-    if by_budget:
+    if acceptance is None:  # a budget, or the divergence a price spends: binding short of the curve's end
         binding = res[:, 0] < res[:, 5]
     else:
         binding = np.ones(rows, dtype=bool)
+    # A price's answer is certified as the budget optimum at the divergence it spent (docs/theory.md §4).
     return Solved(div, pi.astype(p.dtype, copy=False), res, binding, squeeze,
                   (p2, q2, values if by_budget else res[:, 4], by_budget) if check else None)
 
