@@ -22,7 +22,7 @@ from ..divergences.program import callable_forms, program
 from .protocol import Solved
 from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
-__all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
+__all__ = ["HostBackend", "HOST", "perspective_terms", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
 
 class HostBackend:
@@ -314,10 +314,10 @@ def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) 
     if code is not None:
         return _core.onehot(px, eps, code, zeros == "keep")
     with np.errstate(all="ignore"):
-        return onehot_bisection(np, px, eps, div, zeros, _perspective(div))
+        return onehot_bisection(np, px, eps, div, zeros, perspective_terms(div))
 
 
-def _perspective(div):
+def perspective_terms(div):
     """y·f̃(x/y) (y > 0, x ≥ 0) of a user generator, in numpy: y·f̃(x/y) wherever x/y and the product
     are finite (``div.f_tilde`` is exact up to DBL_MAX, where the printed form of f overflows too);
     where x/y or f̃(x/y) passes DBL_MAX (a tiny y), the term y·f(x/y) − c(x − y) in 30-digit
@@ -468,7 +468,7 @@ def _given_spent(plan, divs, p, draft, pi, pi_x, out, spent):
         sel = np.flatnonzero((which == i) & (draft[t] >= 0))
         if d is not None or not sel.size:
             continue
-        term, tt = _perspective(plan.divs[i]), t[sel]
+        term, tt = perspective_terms(plan.divs[i]), t[sel]
         P = p[tt].astype(np.float64)
         P /= P.sum(1, keepdims=True)
         greedy = plan.greedy[req[sel]]
@@ -574,7 +574,7 @@ def _given_tree(plan, tok, p, zeros):
         if div.compiled is not None:
             return np.zeros_like(P)
         c = div.tilt
-        forms = LevelForms(_perspective(div), lambda t: div.fprime(t) - c, lambda y: div.fprime_inv(y + c))
+        forms = LevelForms(perspective_terms(div), lambda t: div.fprime(t) - c, lambda y: div.fprime_inv(y + c))
         with np.errstate(all="ignore"):
             return node_masses(np, P, w, eps, div, zeros, forms, weighted)
 

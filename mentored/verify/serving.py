@@ -830,9 +830,9 @@ def _tree_notes(plan, tokens, target_probs, out, last, accept) -> "Emitted":
 
 def _node_term(div):
     """y·f̃(x/y), elementwise, of the divergence (a unit of mass off p costing f̃∞)."""
-    from ..backends.host import _perspective
+    from ..backends.host import perspective_terms
 
-    return _perspective(div)
+    return perspective_terms(div)
 
 
 def _point_mass_divergence(term, pa: float) -> float:
