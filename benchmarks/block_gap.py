@@ -17,7 +17,8 @@ every built-in divergence, the exact expected number of accepted drafts (mentore
 Two checks stop the run if they fail: at k = 1 and at budget 0 the gap optimum − composed is 0
 (to 1e-6). Then, where the optimum's chain is found off the (p, q) curve of docs/theory.md §3, and a
 shared-root experiment: pairs of trees that share root conditionals but differ below, whose separate
-optima cannot be reached with one root verifier. Writes the JSON and prints the tables docs/block.md quotes.
+optima cannot be reached with one root verifier. Writes the JSON (the cases as a table: ``columns``,
+then one list per case) and prints the tables docs/block.md quotes.
 """
 
 from __future__ import annotations
@@ -180,6 +181,29 @@ def shared_root(quick):
     return out
 
 
+def _rounded(x, digits=10):
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v, digits) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rounded(v, digits) for v in x]
+    return x
+
+
+def dumps(results):
+    """The results as JSON: the cases as a table (``columns``, then one list per case and line, floats
+    to 8 significant digits), the rest indented."""
+    head = {k: v for k, v in results.items() if k not in ("rows", "columns")}
+    rows = results["rows"]
+    columns = results.get("columns") or list(rows[0])
+    if rows and isinstance(rows[0], dict):
+        rows = [[r[c] for c in columns] for r in rows]
+    text = json.dumps(_rounded(head), indent=1)
+    body = ",\n  ".join(json.dumps(_rounded(r, 8), separators=(",", ":")) for r in rows)
+    return text[:-2] + ',\n "columns": ' + json.dumps(columns) + ',\n "rows": [\n  ' + body + "\n ]\n}\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer instances (V ≤ 4, one seed of each kind)")
@@ -195,7 +219,7 @@ def main():
         seconds=dict(gap=seconds, shared_root=shared_seconds), cases=len(rows),
         summary=summary(rows), shared_root=shared, rows=rows,
     )
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    args.out.write_text(dumps(results))
     s = results["summary"]
     print(f"{len(rows)} cases in {seconds:.0f} s (shared root: {shared_seconds:.0f} s)")
     print("| divergence | k | max rel. gap | median rel. gap | max abs. gap | cases with gap | share closed, all levels (median, min) | share closed, last level (median, min) |")
