@@ -44,8 +44,8 @@ std::pair<std::size_t, std::size_t> batch_shape(const carray<T>& p, const carray
     throw std::invalid_argument("target and draft must be (B, n) arrays of one shape");
   const auto rows = static_cast<std::size_t>(p.shape(0)), n = static_cast<std::size_t>(p.shape(1));
   if (values.ndim() != 1 || static_cast<std::size_t>(values.shape(0)) != rows)
-    throw std::invalid_argument("one budget or acceptance per row is required");
-  if (mode != 0 && mode != 1) throw std::invalid_argument("mode must be 0 (budget) or 1 (acceptance)");
+    throw std::invalid_argument("one budget, acceptance or price per row is required");
+  if (mode != 0 && mode != 1 && mode != 2) throw std::invalid_argument("mode must be 0 (budget), 1 (acceptance) or 2 (price)");
   return {rows, n};
 }
 
@@ -334,7 +334,8 @@ std::optional<carray<std::int32_t>> which_arg_of(const py::object& which_arg, st
 // all); greedy [B] bool or None; pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
 // divergence is None (given π, dense or token-only); placeholders: −1 drafts allowed (rejected).
 // rtol_p, rtol_q: tolerances on the rows' sums (∞: none); lenient: failed rows decided, not refused
-// (StepCheck); block: dense random requests verified as a block (verify_block). Ids: integer arrays of any width
+// (StepCheck); block: dense random requests verified as a block (verify_block); notes: also return log π,
+// log p and D_f(π‖p) of each emitted token ([B, max n + 1] float64 each, Step). Ids: integer arrays of any width
 // (ids_arg). Requests run in chunks of rows (chunk_rows) between which the GIL is taken back to
 // check for signals: Ctrl-C raises KeyboardInterrupt within a chunk's time. Returns (out [B, max n + 1],
 // int32 or int64; the first failed request, −1 if none; its StepStatus code; the position in it,
@@ -344,7 +345,7 @@ template <class T>
 py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object num_draft, py::object bonus_ids,
                  carray<double> uniforms, carray<double> budgets, py::list divergences, py::object which_arg,
                  py::object greedy_arg, py::object pi_arg, py::object pi_x_arg, bool keep, int extra, bool placeholders,
-                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block) {
+                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block, bool notes) {
   rtol_arg(rtol_p, rtol_q);
   const std::vector<StepF> divs = divergences_arg(divergences);
   std::optional<carray<T>> q;
@@ -415,6 +416,15 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   st.check = StepCheck{rtol_p, rtol_q, lenient};
   const std::size_t width = K + 1;
   py::array result = int32 ? py::array(carray<std::int32_t>({B, width})) : py::array(carray<std::int64_t>({B, width}));
+  std::optional<carray<double>> logpi, logp, spent;
+  if (notes) {
+    logpi.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    logp.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    spent.emplace(std::vector<py::ssize_t>{static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(width)});
+    st.logpi = logpi->mutable_data();
+    st.logp = logp->mutable_data();
+    st.spent = spent->mutable_data();
+  }
   StepError error;
   std::size_t failed;
   bool interrupted = false;
@@ -436,6 +446,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   const auto bad = failed < B ? static_cast<std::int64_t>(failed) : std::int64_t{-1};
   carray<double> stats(6);
   std::copy(error.stats, error.stats + 6, stats.mutable_data());
+  if (notes) return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats, *logpi, *logp, *spent);
   return py::make_tuple(result, bad, static_cast<int>(error.status), error.position, stats);
 }
 
@@ -628,8 +639,8 @@ class PyPath {
     return path_.divergence(tab, PyF{scalar, tab.f_inf}, path_.at(s));
   }
 
-  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets, bool acceptance) const {
-    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance);  // the callable needs the GIL
+  carray<double> frontier_custom(const Table& tab, py::object scalar, carray<double> budgets, bool acceptance, bool price) const {
+    return frontier_of(tab, PyF{scalar, tab.f_inf}, budgets, false, acceptance, price);  // the callable needs the GIL
   }
 
   // The same from a user generator's program (program.hpp): no Python in the loop, the GIL released.
@@ -643,17 +654,19 @@ class PyPath {
     return path_.divergence(tab, ProgramF(program), path_.at(s));
   }
 
-  carray<double> frontier_program(const Table& tab, const Program& program, carray<double> budgets, bool acceptance) const {
-    return frontier_of(tab, ProgramF(program), budgets, true, acceptance);
+  carray<double> frontier_program(const Table& tab, const Program& program, carray<double> budgets, bool acceptance,
+                                  bool price) const {
+    return frontier_of(tab, ProgramF(program), budgets, true, acceptance, price);
   }
 
   double s_max_for(double f_inf) const { return path_.s_max(f_inf); }
 
   double divergence_at(int code, double s) const { return path_.divergence(table(code), BuiltinF(generator(code)), path_.at(s)); }
 
-  // s, t_lo, t_hi, D (and with acceptance, Σ min(π, q)) for each budget; the table is built once.
-  carray<double> frontier(int code, carray<double> budgets, bool acceptance) const {
-    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true, acceptance);
+  // s, t_lo, t_hi, D (and with acceptance, Σ min(π, q)) for each budget, or for each price λ > 0
+  // with price (the optimum of A − λ·D_f: Path::solve_price); the table is built once.
+  carray<double> frontier(int code, carray<double> budgets, bool acceptance, bool price) const {
+    return frontier_of(table(code), BuiltinF(generator(code)), budgets, true, acceptance, price);
   }
 
   // Σ min(π(s)_i, q_i) in O(log n), accurate however small (Path::acceptance).
@@ -662,7 +675,7 @@ class PyPath {
  private:
   template <class F>
   carray<double> frontier_of(const Table& tab, const F& f, carray<double> budgets, bool release_gil,
-                             bool acceptance) const {
+                             bool acceptance, bool price = false) const {
     const auto k = static_cast<std::size_t>(budgets.size());
     const std::size_t w = acceptance ? 5 : 4;
     carray<double> out({k, w});
@@ -674,7 +687,11 @@ class PyPath {
         std::optional<py::gil_scoped_release> release;  // reacquired before `out` is touched again
         if (release_gil) release.emplace();
         for (std::size_t i = i0; i < i1; ++i) {
-          const Point x = path_.solve_budget(tab, f, b[i]);
+          // Price ∞ is budget 0 and price 0 budget ∞ (solve_row); the search takes those in between.
+          const Point x = !price                ? path_.solve_budget(tab, f, b[i])
+                          : !(b[i] < kInf)      ? path_.solve_budget(tab, f, 0.0)
+                          : b[i] > 0.0          ? path_.solve_price(tab, f, b[i])
+                                                : path_.solve_budget(tab, f, kInf);
           o[w * i + 0] = x.s;
           o[w * i + 1] = x.t_lo;
           o[w * i + 2] = x.t_hi;
@@ -737,6 +754,7 @@ const char* enum_name(Mode s) {
   switch (s) {
     case Mode::budget: return "budget";
     case Mode::acceptance: return "acceptance";
+    case Mode::price: return "price";
   }
   return nullptr;
 }
@@ -762,7 +780,7 @@ PYBIND11_MODULE(_core, m) {
   // and the mode solve takes; the core returns and takes their int values.
   export_enum<Status>(m, "Status", "Status of a row solved by solve / solve_custom (path.hpp).");
   export_enum<StepStatus>(m, "StepStatus", "Status of verify at its first failing request (speculative.hpp).");
-  export_enum<Mode>(m, "Mode", "What solve's values are: budgets ε or acceptances a (solve.hpp).");
+  export_enum<Mode>(m, "Mode", "What solve's values are: budgets ε, acceptances a or prices λ (solve.hpp).");
 
   m.def("solve", &solve<double>, py::arg("target"), py::arg("draft"), py::arg("code"), py::arg("mode"),
         py::arg("values"), py::arg("threads"), py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf, py::arg("out") = py::none());
@@ -821,7 +839,7 @@ PYBIND11_MODULE(_core, m) {
           py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(), py::arg("pi") = py::none(),
           py::arg("pi_x") = py::none(), py::arg("keep") = false, py::arg("extra") = 0, py::arg("placeholders") = false,
           py::arg("threads") = 0, py::arg("int32") = false, py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
-          py::arg("lenient") = false, py::arg("block") = false);
+          py::arg("lenient") = false, py::arg("block") = false, py::arg("notes") = false);
   };
   def_verify(&verify<double>);
   def_verify(&verify<float>);
@@ -924,15 +942,16 @@ PYBIND11_MODULE(_core, m) {
       .def("at", &PyPath::at, py::arg("s"))
       .def("pi", &PyPath::pi, py::arg("s"))
       .def("divergence_at", &PyPath::divergence_at, py::arg("code"), py::arg("s"))
-      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false)
+      .def("frontier", &PyPath::frontier, py::arg("code"), py::arg("budgets"), py::arg("acceptance") = false,
+           py::arg("price") = false)
       .def("acceptance_at", &PyPath::acceptance_at, py::arg("s"))
       .def("s_max_for", &PyPath::s_max_for, py::arg("f_inf"))
       .def("table_custom", &PyPath::table_program, py::arg("program"))
       .def("divergence_custom", &PyPath::divergence_program, py::arg("table"), py::arg("program"), py::arg("s"))
       .def("frontier_custom", &PyPath::frontier_program, py::arg("table"), py::arg("program"), py::arg("budgets"),
-           py::arg("acceptance") = false)
+           py::arg("acceptance") = false, py::arg("price") = false)
       .def("table_custom", &PyPath::table_custom, py::arg("f_vec"), py::arg("f_inf"))
       .def("divergence_custom", &PyPath::divergence_custom, py::arg("table"), py::arg("f_scalar"), py::arg("s"))
       .def("frontier_custom", &PyPath::frontier_custom, py::arg("table"), py::arg("f_scalar"), py::arg("budgets"),
-           py::arg("acceptance") = false);
+           py::arg("acceptance") = false, py::arg("price") = false);
 }

@@ -4,7 +4,8 @@ Require Import Mentored.Sums Mentored.Spec Mentored.Curve Mentored.Optimality
   Mentored.Duality Mentored.Monotone Mentored.Boosting Mentored.TargetZeros
   Mentored.Inversion Mentored.Existence Mentored.Optimum Mentored.Rounding
   Mentored.Bracket Mentored.Serving Mentored.SmallBudget Mentored.FiniteFinf
-  Mentored.Levels Mentored.Tree.
+  Mentored.Levels Mentored.Tree Mentored.Block.
+Require Import Mentored.Price.
 Print Assumptions spec_emits_pi.
 Print Assumptions spec_accept_prob.
 Print Assumptions spec_lossless.
@@ -103,3 +104,21 @@ Print Assumptions set_singleton.
 Print Assumptions tree_decoupling.
 Print Assumptions opt_nonneg.
 Print Assumptions node_objective_classes.
+Print Assumptions block_law.
+Print Assumptions block_prefix_law.
+Print Assumptions block_joint.
+Print Assumptions block_survival.
+Print Assumptions block_survival_joint.
+Print Assumptions block_expected_tau.
+Print Assumptions block_expected_closed.
+Print Assumptions token_closed.
+Print Assumptions block_dominates.
+Print Assumptions block_mentored.
+Print Assumptions block_lossless.
+Print Assumptions binary_example.
+Print Assumptions price_budget_optimal.
+Print Assumptions price_supergradient.
+Print Assumptions supergradient_price.
+Print Assumptions curve_price_optimal.
+Print Assumptions curve_price_supergradient.
+Print Assumptions price_on_curve.

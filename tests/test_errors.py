@@ -58,7 +58,7 @@ def test_normalize_renormalises_instead_of_refusing():
         (dict(budget=np.nan), ValueError, "budget is NaN"),
         (dict(budget=[0.1, 0.2]), ValueError, r"one value per row \(1\)"),
         (dict(budget="big"), TypeError, "budget must be a number"),
-        (dict(), ValueError, "exactly one of budget= and acceptance="),
+        (dict(), ValueError, "exactly one of budget=, acceptance= and price="),
         (dict(budget=0.1, acceptance=0.9), ValueError, "exactly one"),
         (dict(acceptance=1.5), ValueError, "acceptance must be at most 1"),
         (dict(acceptance=-0.5), ValueError, "acceptance must be nonnegative"),
@@ -102,7 +102,7 @@ def test_the_core_refuses_what_slips_past_python():
     )
     assert status[0] == mentored._core.Status.bad_value.value
     np.testing.assert_array_equal(stats, [[0.0, -0.5, 0.5, 1.0, 0.5, 0.5]])  # why: Σ, min and max per side
-    with pytest.raises(ValueError, match="one budget or acceptance per row"):
+    with pytest.raises(ValueError, match="one budget, acceptance or price per row"):
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 1, 0, np.array([0.1, 0.2]), 1)
     with pytest.raises(ValueError, match="unknown divergence code"):
         mentored._core.solve(np.array([[0.5, 0.5]]), np.array([[0.5, 0.5]]), 99, 0, np.array([0.1]), 1)

@@ -60,7 +60,8 @@ def _record_accepted(monkeypatch):
 
     def recording(*args, **kwargs):
         row = step(*args, **kwargs)
-        accepted.append(int((row[0] >= 0).sum()) - 1)
+        tokens = row[0] if isinstance(row, tuple) else row  # an Emitted (tokens, logprobs), or the tokens
+        accepted.append(int((tokens[0] >= 0).sum()) - 1)
         return row
 
     monkeypatch.setattr(mentored.integrations.hf, "speculative_step", recording)

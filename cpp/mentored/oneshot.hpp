@@ -104,6 +104,11 @@ class OneShot {
   template <class F>
   Point solve_budget(const F& f, double budget);
 
+  // The optimum of max A(π) − price·D_f(π‖p), price in (0, ∞): the largest s ≤ s_max where
+  // price·D'(s⁺) ≤ 1 (path.hpp, marginal_cost), as Path::solve_price finds it.
+  template <class F>
+  Point solve_price(const F& f, double price);
+
   // π(s) from the input row; returns its acceptance Σ min(π_i, q_i) = 1 − TV(p, q) + s.
   // f decides the rounding of π to float32 in one rare case (round_toward).
   template <class T, class U, class F>
@@ -1073,6 +1078,71 @@ Point OneShot::solve_budget(const F& f, double budget) {
   }
   // b = s_max never tested: a large D(s_max) (many f evaluations) is computed only if needed.
   if (!over && a < s_max && divergence(f, s_max) <= budget) a = s_max;
+  return at(a);
+}
+
+template <class F>
+Point OneShot::solve_price(const F& f, double price) {
+  // The predicate of Path::solve_price, D'(s⁺) > 1/price, is nondecreasing in s. Phase 1 brackets
+  // where it turns from the thresholds' buckets alone (no token touched): f̃' is nondecreasing, so
+  // with t_lo in [edge(b), edge(b + 1)] and t_hi in [edge(c), edge(c + 1)], D'(s⁺) lies between
+  // f̃'(edge(c)) − f̃'(edge(b + 1)) and f̃'(edge(c + 1)) − f̃'(edge(b)). Phase 2 bisects on D'(s⁺)
+  // itself, from the exact thresholds, inside the bracket (a few buckets of each threshold).
+  const double s_max = this->s_max(f.f_inf);
+  const auto past = [&](double s) { return price * marginal_cost(f, at(s)) > 1.0; };
+  const bool lower_side = begin(kLower) > 0, upper_side = begin(kBuckets) > begin(kLower);
+  const auto bounds = [&](double s, double& low, double& up) {
+    double lo_min = 1.0, lo_max = 1.0, hi_min = 1.0, hi_max = 1.0;
+    if (s > 0.0 && lower_side) {
+      const int b = lower_bucket(std::max(tv_ - s, 0.0));
+      lo_min = edge(b);
+      lo_max = b + 1 < kLower ? edge(b + 1) : 1.0;
+    }
+    if (s > 0.0 && (s > d_up_ || !upper_side)) {
+      hi_min = hi_max = upper_side || q0_ > 0.0 ? kInf : 1.0;  // the continuation, as upper() has it
+    } else if (s > 0.0) {
+      const int c = upper_bucket(std::max(d_up_ - s, 0.0));
+      hi_min = edge(c);
+      hi_max = edge(c + 1);
+    }
+    low = slope_of(f, hi_min, 1, 0) - slope_of(f, lo_max, -1, 0);
+    up = slope_of(f, hi_max, 1, 0) - slope_of(f, lo_min, -1, 0);
+  };
+  double a = 0.0, b = s_max;
+  {
+    double lo = 0.0, hi = s_max, low, up;
+    for (int it = 0; it < 40; ++it) {  // the last s whose upper bound is not past
+      const double c = 0.5 * (lo + hi);
+      if (c <= lo || c >= hi) break;
+      bounds(c, low, up);
+      if (!(price * up > 1.0)) lo = c;
+      else hi = c;
+    }
+    a = lo;
+    hi = s_max;
+    for (int it = 0; it < 40; ++it) {  // the first s whose lower bound is past
+      const double c = 0.5 * (lo + hi);
+      if (c <= lo || c >= hi) break;
+      bounds(c, low, up);
+      if (price * low > 1.0) hi = c;
+      else lo = c;
+    }
+    b = hi;
+  }
+  // Every bucket the thresholds visit over [0, b] at once (one pass), rather than a little more at
+  // each step; the divergence at the answer needs them anyway.
+  fill_for(b);
+  // The bounds are exact only to rounding: confirm the bracket with the predicate itself, or widen it.
+  if (a > 0.0 && past(a)) b = a, a = 0.0;
+  else if (b < s_max && !past(b)) a = b, b = s_max;
+  if (b >= s_max && !past(s_max)) return at(s_max);
+  if (past(0.0)) return at(0.0);  // tv above price 1: no divergence is worth its acceptance
+  for (int it = 0; it < 2100; ++it) {
+    const double c = 0.5 * (a + b);
+    if (c <= a || c >= b) break;
+    if (!past(c)) a = c;
+    else b = c;
+  }
   return at(a);
 }
 

@@ -73,6 +73,33 @@ inline double scaled_quotient(double num, double den) {
   return t < kInf ? t * kHugeDown : (num * kHugeDown) / den;
 }
 
+// f̃'(t) from one side (side > 0: from the right; t = ∞ gives f̃∞), for the price search: a built-in's
+// own, written without cancellation near 1 (generators.hpp). A generator the core cannot differentiate
+// (a user's program or callable) gets a second-order one-sided difference of f̃, with a step relative
+// to |t − 1|: there f̃' is about f̃''·(t − 1), so the quotient keeps its relative accuracy (~1e-8) down
+// to thresholds next to 1, and at t = 1 it gives the one-sided derivative of a kink.
+template <class F>
+auto slope_of(const F& f, double t, int side, int) -> decltype(f.df(t), double()) {
+  return generator_df(f.g, t, side);
+}
+template <class F>
+double slope_of(const F& f, double t, int side, long) {
+  if (!(t < kInf)) return f.f_inf;
+  double h = std::max(1e-4 * std::fabs(t - 1.0), 1e-8);
+  if (side <= 0) h = std::min(h, 1e-3 * t);  // stay inside (0, ∞): f̃ may be infinite at 0
+  if (!(h > 0.0)) side = 1, h = 1e-8;       // t = 0: from the right, the only side there is
+  const double d = side > 0 ? h : -h;
+  return (4.0 * f(t + d) - 3.0 * f(t) - f(t + 2.0 * d)) / (2.0 * d);
+}
+
+// D'(s⁺) = f̃'(t_hi⁺) − f̃'(t_lo⁻) at a point of the curve: the divergence one more unit of s costs,
+// nondecreasing in s (t_hi grows, t_lo falls, f̃' is nondecreasing; docs/theory.md §4, "Budgets by
+// price"). On the continuation t_hi = ∞ and the cost is f̃∞ − f̃'(t_lo); t_hi past DBL_MAX reads as ∞.
+template <class F>
+double marginal_cost(const F& f, const Point& x) {
+  return slope_of(f, x.t_hi, 1, 0) - slope_of(f, x.t_lo, -1, 0);
+}
+
 class Path {
  public:
   // Build the structure from one row; p and q are normalised to sum 1 in float64.
@@ -116,6 +143,11 @@ class Path {
   // The largest s ≤ s_max(f∞) with D_f(π(s)‖p) ≤ budget.
   template <class F>
   Point solve_budget(const Table& tab, const F& f, double budget) const;
+
+  // The optimum of max A(π) − price·D_f(π‖p), price in (0, ∞): the largest s ≤ s_max(f∞) where
+  // price·D'(s⁺) ≤ 1 (marginal_cost), or s_max where that holds up to the end.
+  template <class F>
+  Point solve_price(const Table& tab, const F& f, double price) const;
 
  private:
   struct Segment {
@@ -378,6 +410,38 @@ Point Path::solve_budget(const Table& tab, const F& f, double budget) const {
     const double c = 0.5 * (a + b);
     if (c <= a || c >= b) break;
     if (divergence_on(tab, f, lo, c) <= budget) a = c;
+    else b = c;
+  }
+  return point_on(lo, a);
+}
+
+template <class F>
+Point Path::solve_price(const Table& tab, const F& f, double price) const {
+  // A(π(s)) − price·D(s) = 1 − TV + s − price·D(s) is concave in s (D is convex: its slope
+  // marginal_cost is nondecreasing), so its largest maximiser is where price·D'(s⁺) first exceeds 1.
+  // The same search as solve_budget with that predicate in place of D(s) ≤ ε: over segment starts,
+  // then by bisection inside the segment (the thresholds are continuous there).
+  const auto past = [&](std::size_t j, double s) { return price * marginal_cost(f, point_on(j, s)) > 1.0; };
+  const double s_max = this->s_max(tab.f_inf);
+  const Point end = at(s_max);
+  if (!(price * marginal_cost(f, end) > 1.0)) return end;
+  if (past(0, 0.0)) return at(0.0);
+  std::size_t count = static_cast<std::size_t>(
+      std::upper_bound(segments_.begin(), segments_.end(), s_max,
+                       [](double v, const Segment& g) { return v < g.start; }) -
+      segments_.begin());
+  std::size_t lo = 0, hi = count;  // not past at start[lo]; past at start[hi] (or s_max)
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (!past(mid, segments_[mid].start)) lo = mid;
+    else hi = mid;
+  }
+  double a = segments_[lo].start;
+  double b = lo + 1 < segments_.size() ? std::min(segments_[lo + 1].start, s_max) : s_max;
+  for (int it = 0; it < 2100; ++it) {
+    const double c = 0.5 * (a + b);
+    if (c <= a || c >= b) break;
+    if (!past(lo, c)) a = c;
     else b = c;
   }
   return point_on(lo, a);

@@ -22,6 +22,7 @@ namespace mentored {
 enum class Mode : int {
   budget = 0,      // value = ε: the largest s with D_f(π(s)‖p) ≤ ε
   acceptance = 1,  // value = a: s = a − 1 + TV(p, q), the smallest divergence reaching a
+  price = 2,       // value = λ: the π maximising A(π) − λ·D_f(π‖p), reported with the divergence it spends
 };
 
 // Per-row scalars, in this order in the (B, 8) result block. lam, mu: the dual parameters
@@ -91,7 +92,12 @@ Status solve_row(OneShot& row, const F& f, const T* p, const T* q, std::size_t n
   if (!(std::fabs(sums[0] - 1.0) <= check.rtol_p) || !(std::fabs(sums[3] - 1.0) <= check.rtol_q)) return Status::off_sum;
   const double s_max = row.s_max(f.f_inf);
   Point x;
-  if (mode == Mode::budget) {
+  // Price ∞: no divergence is worth any acceptance, the optimum of budget 0 (price 0 needs no such
+  // case: no s is past, and the search returns s_max, as budget ∞ does).
+  if (mode == Mode::price && !(value < kInf)) mode = Mode::budget, value = 0.0;
+  if (mode == Mode::price) {
+    x = row.solve_price(f, value);
+  } else if (mode == Mode::budget) {
     if (is_tv(f)) x = row.at(std::min(std::max(value, 0.0), s_max));  // D_tv = s: no search
     else if (value <= 0.0 && lossless_is_unique(f)) x = row.at(0.0);
     else x = row.solve_budget(f, value);

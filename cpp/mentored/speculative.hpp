@@ -124,9 +124,10 @@ using StepF = std::variant<BuiltinF, ProgramF, GivenF>;
 // mentored.speculative.solve_pi does for the rows it is given.
 template <class T, class F>
 Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, double eps, bool keep, T* pi,
-                      const RowCheck& check = {}) {
+                      const RowCheck& check = {}, double* spent = nullptr) {
   RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
   Status st = solve_row(row, f, p, q, V, Mode::budget, eps, pi, r, check);
+  if (spent) *spent = r.divergence;
   if (st != Status::ok || !keep || !(f.f_inf < kInf) || !std::isinf(r.t_hi)) return st;
   double q0 = 0.0, sq = 0.0;
   for (std::size_t i = 0; i < V; ++i) {
@@ -136,6 +137,7 @@ Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::siz
   }
   const double a = std::min(std::max(1.0 - q0 / sq, 0.0), 1.0);
   st = solve_row(row, f, p, q, V, Mode::acceptance, a, pi, r);
+  if (spent) *spent = r.divergence;
   if (st != Status::ok) return st;
   for (std::size_t i = 0; i < V; ++i)
     if (p[i] == T(0)) pi[i] = T(0);
@@ -167,6 +169,17 @@ inline bool onehot_closed_form(const BuiltinF& f, double px, double eps, double&
 
 constexpr int kOnehotHalvings = 80;  // of [p_x, 1]: absolute error 2⁻⁸⁰
 
+// D_f(π‖p) of the token-only verifier (π_x = a, the rest (1 − a)/(1 − p_x)·p) and of the greedy one
+// (a = 1), px = p_x/Σp: p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)); off the target's support
+// (p_x = 0) a unit of mass costs f̃∞ (0·∞ = 0).
+template <class F>
+double onehot_divergence(const F& f, double px, double a) {
+  const bool zero = px <= 0.0;
+  const double rest = 1.0 - px;
+  const double t1 = zero ? (a > 0.0 ? a * f.f_inf : 0.0) : perspective(f, a, px);
+  return t1 + (rest > 0.0 ? perspective(f, 1.0 - a, rest) : 0.0);
+}
+
 // π_x of the verifier of a token-only drafter q = δ_x (docs/theory.md §8), px = p_x/Σp: the largest
 // a ∈ [p_x, 1] with p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)) ≤ ε (the rest of π is
 // (1 − a)/(1 − p_x)·p), by bisection where no closed form is known. Where p_x = 0: 0 with keep or
@@ -176,13 +189,7 @@ double onehot_pi_x(const F& f, double px, double eps, bool keep) {
   const bool zero = px <= 0.0;
   double a;
   if (!onehot_closed_form(f, px, eps, a)) {
-    const double rest = 1.0 - px;
-    const bool some = rest > 0.0;
-    const double pos = zero ? 1.0 : px, rest1 = some ? rest : 1.0;
-    const auto D = [&](double v) {  // off the target's support a unit of mass costs f̃∞ (0·∞ = 0)
-      const double t1 = zero ? (v > 0.0 ? v * f.f_inf : 0.0) : perspective(f, v, pos);
-      return t1 + (some ? perspective(f, 1.0 - v, rest1) : 0.0);
-    };
+    const auto D = [&](double v) { return onehot_divergence(f, px, v); };
     double lo = px + 0.0, hi = 1.0;
     const bool top = D(hi) <= eps;
     for (int i = 0; i < kOnehotHalvings; ++i) {
@@ -285,7 +292,36 @@ struct Step {
   bool keep = false, placeholders = false;
   bool block = false;  // dense random requests verified as a block (verify_block), the rest token by token
   StepCheck check;
+  // Optional outputs [B, width], beside out: log π and log p (p/Σp) of each emitted token and
+  // D_f(π‖p) of the verifier it was drawn from (docs/theory.md §11); NaN where nothing is emitted,
+  // where the row is no distribution (lenient), and where the core cannot evaluate f (GivenF: D only).
+  // The bonus column is the caller's (NaN here).
+  double* logpi = nullptr;
+  double* logp = nullptr;
+  double* spent = nullptr;
 };
+
+// Where a request writes its notes of the emitted tokens (Step's logpi, logp, spent), if asked.
+struct Notes {
+  double *logpi = nullptr, *logp = nullptr, *spent = nullptr;
+  template <class T>
+  Notes(const Step<T>& st, std::size_t b, std::size_t width) {
+    if (!st.logpi) return;
+    logpi = st.logpi + b * width, logp = st.logp + b * width, spent = st.spent + b * width;
+    for (std::size_t j = 0; j < width; ++j) logpi[j] = logp[j] = spent[j] = kNaN;
+  }
+  void operator()(std::size_t j, double pi_y, double p_y, double d) const {
+    if (!logpi) return;
+    logpi[j] = std::log(pi_y), logp[j] = std::log(p_y), spent[j] = d;
+  }
+};
+
+// D_f(π‖p) where the core evaluates f; NaN for π given by the caller (the Python side evaluates it).
+template <class F>
+double onehot_spent(const F& f, double px, double a) {
+  if constexpr (std::is_same_v<F, GivenF>) return kNaN;
+  else return onehot_divergence(f, px, a);
+}
 
 // Request b of a step verified as a block (docs/theory.md §10; Sun et al. 2025, block verification),
 // dense drafts: π_j is the verifier of position j (solved, or given), q̂_j = q_j/Σq_j. With w_0 = 1,
@@ -298,16 +334,18 @@ struct Step {
 // to m are solved before any decision; scratch holds n rows.
 template <class T, class F, class O, class Rows, class Rest>
 StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t b, std::size_t s, T* scratch, O* out,
-                       const Rows& check_rows, const Rest& check_rest, double* stats) {
+                       const Rows& check_rows, const Rest& check_rest, double* stats, const Notes& note) {
   const std::size_t V = st.V, n = static_cast<std::size_t>(st.n[b]);
   const T* p = st.p + (s + b * st.extra) * V;
   const T* q = st.q + s * V;
   const std::int64_t* draft = st.draft + s;
   const double* u = st.u + 2 * s;
   static thread_local std::vector<const T*> pis;
-  static thread_local std::vector<double> iqs;
+  static thread_local std::vector<double> iqs, sps, ds;  // 1/Σq, Σp, D_f(π‖p) per position
   pis.assign(n, nullptr);
   iqs.assign(n, 1.0);
+  sps.assign(n, 1.0);
+  ds.assign(n, kNaN);
   std::size_t m = n;
   std::int64_t stop_token = -1;  // the token decided at m < n (a failed row in lenient mode); −1: drawn from p
   for (std::size_t j = 0; j < n && m == n; ++j) {
@@ -325,7 +363,7 @@ StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t 
       pis[j] = st.pi + (s + j) * V;
     } else {
       const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch + j * V,
-                                      RowCheck{st.check.rtol_p, st.check.rtol_q, stats});
+                                      RowCheck{st.check.rtol_p, st.check.rtol_q, stats}, &ds[j]);
       e = c == Status::ok ? StepError{} : step_error(c, j, stats, stats + 3);
       pis[j] = scratch + j * V;
     }
@@ -336,6 +374,7 @@ StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t 
       break;
     }
     iqs[j] = 1.0 / stats[3];  // Σq as the solve (or the check) read it: π answers q/Σq
+    sps[j] = stats[0];
   }
   // The weights w_i and the last i whose test passes, scanned from the end.
   static thread_local std::vector<double> w;
@@ -365,16 +404,28 @@ StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t 
       break;
     }
   }
-  for (std::size_t j = 0; j < tau; ++j) out[j] = static_cast<O>(draft[j]);
+  // Each emitted token's law given the tokens before it is its position's π (docs/theory.md §10).
+  const auto emit = [&](std::size_t j, std::int64_t y) {
+    out[j] = static_cast<O>(y);
+    note(j, static_cast<double>(pis[j][y]), static_cast<double>(p[j * V + y]) / sps[j], ds[j]);
+  };
+  for (std::size_t j = 0; j < tau; ++j) emit(j, draft[j]);
   if (tau < m) {
     std::int64_t y = inverse_cdf(residual(tau), V, u[2 * tau + 1]);
     if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pis[tau][i]); }, V, u[2 * tau + 1]);
-    out[tau] = static_cast<O>(y);
+    emit(tau, y);
     return check_rest(m == n ? n : m + 1);
   }
-  if (m < n) {  // all m accepted, then the placeholder's token from p (or the failed row's)
+  if (m < n) {  // all m accepted, then the placeholder's token from p (or the failed row's: no law)
     const T* pm = p + m * V;
-    out[m] = static_cast<O>(stop_token >= 0 ? stop_token : inverse_cdf([&](std::size_t i) { return static_cast<double>(pm[i]); }, V, u[2 * m + 1]));
+    if (stop_token >= 0) {
+      out[m] = static_cast<O>(stop_token);
+    } else {
+      const std::int64_t y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pm[i]); }, V, u[2 * m + 1]);
+      out[m] = static_cast<O>(y);
+      const double sp = check_row(pm, V, kInf, stats) == Status::ok ? stats[0] : kNaN;
+      note(m, static_cast<double>(pm[y]) / sp, static_cast<double>(pm[y]) / sp, 0.0);
+    }
     return check_rest(m + 1);
   }
   const StepError rest = check_rest(n);
@@ -397,6 +448,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
   const bool greedy = st.greedy && st.greedy[b];
   const StepCheck& check = st.check;
   for (std::size_t j = 0; j < width; ++j) out[j] = O(-1);
+  const Notes note(st, b, width);
   const std::int64_t lowest = st.placeholders ? -1 : 0;
   for (std::size_t j = 0; j < n; ++j)
     if (draft[j] < lowest || draft[j] >= static_cast<std::int64_t>(V))
@@ -426,7 +478,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
     }
     return {};
   };
-  if (st.block && q && !greedy) return verify_block(row, f, st, b, s, scratch, out, check_rows, check_rest, stats);
+  if (st.block && q && !greedy) return verify_block(row, f, st, b, s, scratch, out, check_rows, check_rest, stats, note);
   for (std::size_t j = 0; j < n; ++j) {
     const T* pj = p + j * V;
     const T* qj = q ? q + j * V : nullptr;
@@ -443,35 +495,43 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
     if (greedy || x < 0 || !qj) {
       const StepError e = check_rows(j);
       if (e.status != StepStatus::ok) return failed(e);
+      const double sp = stats[0];
       if (greedy) {
         y = argmax(pj, V);
         accepted = x == y;
+        note(j, 1.0, static_cast<double>(pj[y]) / sp, onehot_spent(f, static_cast<double>(pj[y]) / sp, 1.0));
       } else if (x < 0) {  // a placeholder: drawn from p
         y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, uj[1]);
         accepted = false;
+        note(j, static_cast<double>(pj[y]) / sp, static_cast<double>(pj[y]) / sp, 0.0);
       } else {  // q = δ_x
+        const double px = static_cast<double>(pj[x]) / sp;
         double a;
         if constexpr (std::is_same_v<F, GivenF>) a = st.pi_x[s + j];
-        else a = onehot_pi_x(f, static_cast<double>(pj[x]) / stats[0], st.eps[(s + j) * st.eps_step], st.keep);
+        else a = onehot_pi_x(f, px, st.eps[(s + j) * st.eps_step], st.keep);
         accepted = land(&a, 1, uj) == 0;
         if (!accepted) {
           y = inverse_cdf([&](std::size_t i) { return i == static_cast<std::size_t>(x) ? 0.0 : static_cast<double>(pj[i]); }, V, uj[1]);
           if (y < 0) y = inverse_cdf([&](std::size_t i) { return static_cast<double>(pj[i]); }, V, uj[1]);
         }
+        const double py = static_cast<double>(pj[y]) / sp;  // π off x is (1 − a)/(1 − p_x)·p
+        note(j, accepted ? a : (1.0 - a) * py / (1.0 - px), py, onehot_spent(f, px, a));
       }
     } else {
       const T* pi = scratch;
+      double d = kNaN;
       if constexpr (std::is_same_v<F, GivenF>) {
         const StepError e = check_rows(j);
         if (e.status != StepStatus::ok) return failed(e);
         pi = st.pi + (s + j) * V;
       } else {
         const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch,
-                                        RowCheck{check.rtol_p, check.rtol_q, stats});
+                                        RowCheck{check.rtol_p, check.rtol_q, stats}, &d);
         if (c != Status::ok) return failed(step_error(c, j, stats, stats + 3));
       }
       // stats[3] = Σq as the solve (or the check) read it: 1/Σq is the very scale π answers.
       y = decide(pi, qj, x, uj, V, 1.0 / stats[3], accepted);
+      note(j, static_cast<double>(pi[y]), static_cast<double>(pj[y]) / stats[0], d);
     }
     out[j] = static_cast<O>(y);
     if (!accepted) return check_rest(j + 1);

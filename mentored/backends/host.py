@@ -22,7 +22,7 @@ from ..divergences.program import callable_forms, program
 from .protocol import Solved
 from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
 
-__all__ = ["HostBackend", "HOST", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
+__all__ = ["HostBackend", "HOST", "perspective_terms", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
 
 class HostBackend:
@@ -60,7 +60,7 @@ class HostBackend:
         return self.like(step_arrays(*args, seed=seed, uniforms=uniforms, **kw))
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize, logits=False):
+               normalize, logits=False, notes=False):
         T = plan.T
         if uniforms is not None:
             u = given_uniforms(self.to_host(uniforms, "uniforms"), T)
@@ -74,7 +74,8 @@ class HostBackend:
             target_probs = softmax_rows(self.to_host(target_probs, "target_probs"))
         args = (self.to_host(x, name) for x, name in ((draft_token_ids, "draft_token_ids"), (draft_probs, "draft_probs"),
                                                      (target_probs, "target_probs"), (bonus_token_ids, "bonus_token_ids")))
-        return self.like(verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate))
+        out = verify_arrays(plan, *args, u, zeros, threads, normalize, lenient=not validate, notes=notes)
+        return (self.like(out[0]), *out[1:]) if notes else self.like(out)
 
     def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize):
         if uniforms is not None:
@@ -128,11 +129,15 @@ def _out_arg(out, p: np.ndarray, q: np.ndarray, dtype) -> np.ndarray:
     return out
 
 
-def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out) -> Solved:
-    """:func:`mentored.solve` on numpy arrays: its checks, then one batched core call."""
+def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, normalize, check, out, price=None) -> Solved:
+    """:func:`mentored.solve` on numpy arrays: its checks, then one batched core call.
+
+    ``price`` (a scalar or one λ per row) solves max A(π) − λ·D_f(π‖p) per row (the core's Mode.price):
+    the batch entry for callers with per-row prices."""
     div = _divergence(divergence)
-    if (budget is None) == (acceptance is None):
-        raise ValueError("give exactly one of budget= and acceptance=")
+    given = [name for name, v in (("budget", budget), ("acceptance", acceptance), ("price", price)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"give exactly one of budget=, acceptance= and price= (got {', '.join(given) or 'none'})")
     nthreads = threads_arg(threads)
     # Types and shapes here; entries and sums in the core's own first pass over each row, which
     # refuses a row with a typed status and its sums, mapped to the errors by refuse_pair.
@@ -149,6 +154,8 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
     by_budget = budget is not None
     if by_budget:
         mode, values = _core.Mode.budget.value, per_row(budget, rows, "budget")
+    elif price is not None:
+        mode, values = _core.Mode.price.value, per_row(price, rows, "price")
     else:
         mode, values = _core.Mode.acceptance.value, per_row(acceptance, rows, "acceptance", upper=1.0)
     out2 = None if out is None else _out_arg(out, p, q, dtype).reshape(rows, -1)
@@ -168,7 +175,7 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
     if (status.any() or normalize and dtype == np.float64) and any(refuse_pair(stats, p.dtype, q.dtype, normalize, p.shape)):
         target, draft = as_pair(target, draft, True)
         return solve_arrays(target, draft, divergence=div, budget=budget, acceptance=acceptance, threads=threads, normalize=True,
-                            check=check, out=out)
+                            check=check, out=out, price=price)
     bad = np.flatnonzero(status)
     if bad.size:
         r = int(bad[0])
@@ -178,10 +185,11 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
                 f"reachable is {res[r, 3]}, since drafter mass where the target is zero costs f∞ = {div.f_inf}"
             )
         raise RuntimeError(f"row {r}: the core refused a row whose entries and sums pass (status {int(status[r])}); please report this")
-    if by_budget:
+    if acceptance is None:  # a budget, or the divergence a price spends: binding short of the curve's end
         binding = res[:, 0] < res[:, 5]
     else:
         binding = np.ones(rows, dtype=bool)
+    # A price's answer is certified as the budget optimum at the divergence it spent (docs/theory.md §4).
     return Solved(div, pi.astype(p.dtype, copy=False), res, binding, squeeze,
                   (p2, q2, values if by_budget else res[:, 4], by_budget) if check else None)
 
@@ -189,8 +197,10 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 # ---------------------------------------------------------------- the speculative step
 
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-                zeros, normalize, block=False):
-    """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1)."""
+                zeros, normalize, block=False, notes=False):
+    """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1). ``notes``:
+    ``(out, log π, log p, D)`` of each emitted token (the core's notes; the bonus column NaN, a
+    divergence the core cannot evaluate NaN in D)."""
     check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
@@ -217,10 +227,10 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         pi = np.zeros((0, V), dtype=dtype)
     # One call: each position's π is solved in the core just before its acceptance test, and every
     # row is checked (entries, and sums within the tolerance of its dtype) as it is read.
-    out, bad, status, pos, stats = _core.verify(
+    out, bad, status, pos, stats, *noted = _core.verify(
         p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
-        *(sum_rtol(d, normalize) for d in dtypes), block=block,
+        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes,
     )
     if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
             and row_error("", dtypes[1], stats[3:], "", True) is None:
@@ -228,10 +238,10 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
-                           zeros=zeros, normalize=True, block=block)
+                           zeros=zeros, normalize=True, block=block, notes=notes)
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
-    return out
+    return (out, *noted) if notes else out
 
 
 def core_divergence(div):
@@ -304,10 +314,10 @@ def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) 
     if code is not None:
         return _core.onehot(px, eps, code, zeros == "keep")
     with np.errstate(all="ignore"):
-        return onehot_bisection(np, px, eps, div, zeros, _perspective(div))
+        return onehot_bisection(np, px, eps, div, zeros, perspective_terms(div))
 
 
-def _perspective(div):
+def perspective_terms(div):
     """y·f̃(x/y) (y > 0, x ≥ 0) of a user generator, in numpy: y·f̃(x/y) wherever x/y and the product
     are finite (``div.f_tilde`` is exact up to DBL_MAX, where the printed form of f overflows too);
     where x/y or f̃(x/y) passes DBL_MAX (a tiny y), the term y·f(x/y) − c(x − y) in 30-digit
@@ -403,10 +413,13 @@ def _host_rows(x, name: str, plan) -> np.ndarray:
     return a
 
 
-def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize, lenient=False):
+def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, u, zeros, threads, normalize, lenient=False,
+                  notes=False):
     """:func:`mentored.verify.serving.rejection_sample` on numpy arrays, uniforms ``u`` (T, 2) drawn: one call
     of the compiled core (``_core.verify``), which checks every row it is given as it reads it
-    (``lenient``, validation off: a position whose rows fail is decided there, not refused)."""
+    (``lenient``, validation off: a position whose rows fail is decided there, not refused). ``notes``:
+    returns ``(out, log π, log p, D_f(π‖p))`` of each emitted token (float64 (B, K + 1), NaN where
+    nothing is emitted; the bonus column NaN, the caller's)."""
     T = plan.T
     draft = _host_ids(draft_token_ids, "draft_token_ids")
     bonus = _host_ids(bonus_token_ids, "bonus_token_ids")
@@ -425,19 +438,52 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
     pi = pi_x = None
     if any(d is None for d in divs):
         pi, pi_x = _given_pi(plan, divs, p, q, draft, threads, zeros, normalize)
-    out, bad, status, pos, stats = _core.verify(
+    out, bad, status, pos, stats, *noted = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
-        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block,
+        True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block, notes,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):
             # Finite, nonnegative float64 rows whose sum has no float64 reciprocal (below 2⁻¹⁰²⁴ or
             # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
             p, q = (x if x is None else check_sums(x, name, True) for x, name in ((p, "target_probs"), (q, "draft_probs")))
-            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True, lenient)
+            return verify_arrays(plan, draft, q, p, bonus, u, zeros, threads, True, lenient, notes)
         raise refusal(status, bad, pos, stats, dtypes, p.shape[1], plan.divs[0 if plan.which is None else int(plan.which[bad])], plan.n,
                       normalize)
-    return out
+    if not notes:
+        return out
+    logpi, logp, spent = noted
+    if pi is not None or pi_x is not None:
+        _given_spent(plan, divs, p, draft, pi, pi_x, out, spent)
+    return out, logpi, logp, spent
+
+
+def _given_spent(plan, divs, p, draft, pi, pi_x, out, spent):
+    """D_f(π‖p) at the emitted positions of requests whose π was given (the core cannot evaluate their f),
+    in place: Σ_i p_i f̃(π_i/p_i) over the row (dense), or over x and the rest (token-only, greedy)."""
+    req, pos = np.nonzero((out >= 0) & (np.arange(out.shape[1])[None, :] < plan.n[:, None]))
+    t = plan.starts[req] + pos
+    which = plan.which[req] if plan.which is not None else np.zeros(req.size, dtype=np.int64)
+    for i, d in enumerate(divs):
+        sel = np.flatnonzero((which == i) & (draft[t] >= 0))
+        if d is not None or not sel.size:
+            continue
+        term, tt = perspective_terms(plan.divs[i]), t[sel]
+        P = p[tt].astype(np.float64)
+        P /= P.sum(1, keepdims=True)
+        greedy = plan.greedy[req[sel]]
+        if pi is not None and not greedy.all():
+            D = term(pi[tt].astype(np.float64), P).sum(1)
+        else:
+            x = np.where(greedy, P.argmax(1), draft[tt])
+            a = np.where(greedy, 1.0, pi_x[tt] if pi_x is not None else 0.0)
+            px = P[np.arange(tt.size), x]
+            D = term(a, px) + term(1.0 - a, 1.0 - px)
+        if pi is not None and greedy.any():
+            g = np.flatnonzero(greedy)
+            pa = P[g].max(1)
+            D[g] = term(1.0, pa) + term(0.0, 1.0 - pa)
+        spent[req[sel], pos[sel]] = D
 
 
 def rescalable(status, stats, dtypes) -> bool:
@@ -528,7 +574,7 @@ def _given_tree(plan, tok, p, zeros):
         if div.compiled is not None:
             return np.zeros_like(P)
         c = div.tilt
-        forms = LevelForms(_perspective(div), lambda t: div.fprime(t) - c, lambda y: div.fprime_inv(y + c))
+        forms = LevelForms(perspective_terms(div), lambda t: div.fprime(t) - c, lambda y: div.fprime_inv(y + c))
         with np.errstate(all="ignore"):
             return node_masses(np, P, w, eps, div, zeros, forms, weighted)
 

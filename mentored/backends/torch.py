@@ -1549,12 +1549,14 @@ class TorchBackend:
     def like(self, out):
         return torch.as_tensor(out, device=self.device)
 
-    def solve(self, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out):
+    def solve(self, target, draft, *, divergence, budget, acceptance, threads, normalize, check, out, price=None):
         tensors = [x for x in (target, draft) if isinstance(x, torch.Tensor)]
         if len({x.device for x in tensors}) > 1 or len(tensors) == 1:
             raise ValueError(f"target and draft must be on one device, got {_where(target)} and {_where(draft)}")
         if out is not None:
             raise ValueError("out= is for CPU tensors and numpy arrays; on another device take Solution.pi")
+        if price is not None:  # the torch algorithm searches budgets only
+            raise NotImplementedError("price= is solved on the host: pass numpy arrays or CPU tensors, or solve by budget= on the device")
         return _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check)
 
     def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
@@ -1566,7 +1568,10 @@ class TorchBackend:
                      uniforms=uniforms, zeros=zeros, block=block)
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
-               normalize, logits=False):
+               normalize, logits=False, notes=False):
+        if notes:
+            raise ValueError("return_logprobs needs host memory (numpy arrays or CPU tensors): the device algorithm does not "
+                             "report the law of what it emits; move the rows to the CPU for such steps")
         return _rejection_sample(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators, uniforms, zeros, validate,
                                  normalize, logits)
 

@@ -6,6 +6,8 @@ sums, no piecewise formulas, nothing from the C++ core. Meant for tests, one row
 - :func:`down`, :func:`up`: Down(t) = Σ (p − max(q, t p))₊ and Up(t) = Σ (min(q, t p) − p)₊ over p > 0.
 - :func:`curve`: π(s) with Down(t_lo) = Up(t_hi) = s, continuing onto {p = 0} past Up(∞).
 - :func:`solve`: the largest s whose π(s) has D_f(π(s)‖p) ≤ ε.
+- :func:`solve_price`: the s maximising A(π(s)) − λ·D_f(π(s)‖p), by a search on that objective itself
+  (no derivative of f, no marginal condition).
 
 How it is fast enough for the tests without being clever. Every search is a bisection on the bit
 patterns of nonnegative doubles, whose order is the order of the doubles: at most 64 halvings of
@@ -22,7 +24,7 @@ import numpy as np
 
 from ..divergences import divergence as _divergence
 
-__all__ = ["down", "up", "curve", "solve"]
+__all__ = ["down", "up", "curve", "solve", "solve_price"]
 
 # About this many numbers per evaluation of Down, Up or D_f: numpy's overhead per call then
 # matters little, and the arrays stay in cache.
@@ -139,20 +141,11 @@ def curve(p, q, s):
     return pi, t_lo, t_hi
 
 
-def solve(p, q, divergence, budget):
-    """(π, s) for MD(f, budget) on one row: the largest s ≤ s_max with D_f(π(s)‖p) ≤ budget.
-
-    ``budget`` may be an array: then π has one row per budget and s is an array, all found at once.
-    """
-    row = _Row(p, q)
-    div = _divergence(divergence)
-    budget = np.asarray(budget, dtype=np.float64)
-    lanes = budget.reshape(-1)
-    s_max = row.tv if np.isfinite(div.f_inf) and row.q0 > 0 else min(row.tv, row.d_up)
+def _cost(row, div, k):
+    """s ↦ D_f(π(s)‖p) at every s of an array, thresholds found with k points per step."""
     c = div.tilt  # a (sub)gradient at 1
     with np.errstate(divide="ignore", over="ignore"):
         ratio = row.qp / row.pp
-    k = _points(lanes.size * row.pp.size, nested=2)  # the budget search, and inside it Down and Up
 
     def cost(s):
         # D_f(π(s)‖p) with f̃(t) = f(t) − c(t − 1) and f∞ − c: equal on the simplex, and free of cancellation,
@@ -163,7 +156,28 @@ def solve(p, q, divergence, budget):
         with np.errstate(invalid="ignore", over="ignore"):
             inside = (row.pp * div.f_tilde(r)).sum(axis=-1)
         outside = z * row.q0
-        return inside + np.where(outside > 0, (div.f_inf - c) * outside, 0.0)
+        with np.errstate(invalid="ignore"):  # (f∞ − c)·0 where nothing lies outside
+            return inside + np.where(outside > 0, (div.f_inf - c) * outside, 0.0)
+
+    return cost
+
+
+def _s_max(row, div):
+    return row.tv if np.isfinite(div.f_inf) and row.q0 > 0 else min(row.tv, row.d_up)
+
+
+def solve(p, q, divergence, budget):
+    """(π, s) for MD(f, budget) on one row: the largest s ≤ s_max with D_f(π(s)‖p) ≤ budget.
+
+    ``budget`` may be an array: then π has one row per budget and s is an array, all found at once.
+    """
+    row = _Row(p, q)
+    div = _divergence(divergence)
+    budget = np.asarray(budget, dtype=np.float64)
+    lanes = budget.reshape(-1)
+    s_max = _s_max(row, div)
+    k = _points(lanes.size * row.pp.size, nested=2)  # the budget search, and inside it Down and Up
+    cost = _cost(row, div, k)
 
     with np.errstate(invalid="ignore"):  # (f∞ − c)·0 where nothing lies outside
         fits = cost(np.full(lanes.shape, s_max)) <= lanes
@@ -173,3 +187,45 @@ def solve(p, q, divergence, budget):
     if budget.ndim == 0:
         return pi[0], float(s[0])
     return pi.reshape(budget.shape + pi.shape[-1:]), s.reshape(budget.shape)
+
+
+def solve_price(p, q, divergence, price):
+    """(π, s) maximising A(π(s)) − price·D_f(π(s)‖p) over the curve s ∈ [0, s_max], on one row.
+
+    The objective is 1 − TV + s − λ·D(s), concave in s (docs/theory.md §4, "Budgets by price"), and is
+    searched for as it is, by refining a grid: each step evaluates it at evenly spaced points of the
+    bracket and keeps the two intervals around the last best point, which hold the largest maximiser of
+    a concave function. No derivative of f and no marginal condition enter. ``price`` may be an array
+    (one lane each, as in :func:`solve`); ``inf`` is budget 0 and 0 is budget ∞ (the curve's end).
+    """
+    row = _Row(p, q)
+    div = _divergence(divergence)
+    price = np.asarray(price, dtype=np.float64)
+    lam = price.reshape(-1)
+    if np.any(np.isnan(lam) | (lam < 0)):
+        raise ValueError("price must be nonnegative and not NaN")
+    s_max = _s_max(row, div)
+    k = 15  # points per step, ends included: the bracket shrinks by (k − 1)/2 = 7 per step
+    cost = _cost(row, div, _points(lam.size * k * row.pp.size, nested=2))
+    a, b = np.zeros(lam.shape), np.full(lam.shape, s_max)
+    j = np.arange(k) / (k - 1)
+    for _ in range(200):
+        # Adjacent doubles, or (toward s = 0) a bracket below 1e-16·s_max: h is flat to rounding there.
+        if not np.any(b - a > 4 * np.spacing(np.maximum(b, 1e-6 * s_max))):
+            break
+        s = a[:, None] + (b - a)[:, None] * j
+        with np.errstate(invalid="ignore", over="ignore"):
+            h = s - lam[:, None] * cost(s)
+        h = np.where(np.isnan(h), -np.inf, h)  # 0·∞ only at λ = 0, settled below
+        best = k - 1 - np.argmax(h[:, ::-1], axis=1)  # the last maximum: the largest maximiser
+        lanes = np.arange(lam.size)
+        a, b = s[lanes, np.maximum(best - 1, 0)], s[lanes, np.minimum(best + 1, k - 1)]
+    lanes = np.arange(lam.size)
+    with np.errstate(invalid="ignore", over="ignore"):
+        h = np.stack([a, b], 1) - lam[:, None] * cost(np.stack([a, b], 1))
+    s = np.where(np.nan_to_num(h[:, 1], nan=-np.inf) >= np.nan_to_num(h[:, 0], nan=-np.inf), b, a)
+    s = np.where(lam == 0, s_max, np.where(np.isinf(lam), 0.0, s))
+    pi = row.pi(*row.thresholds(s, _points(s.size * row.pp.size)))
+    if price.ndim == 0:
+        return pi[0], float(s[0])
+    return pi.reshape(price.shape + pi.shape[-1:]), s.reshape(price.shape)

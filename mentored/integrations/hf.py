@@ -36,6 +36,8 @@ from __future__ import annotations
 import inspect
 import json
 import time
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,16 +313,35 @@ def _max_positions(model):
 
 @dataclass(frozen=True)
 class GenerateStats(DecodeStats):
-    """:class:`mentored.verify.decoding.DecodeStats` pooled over the batch, plus ``rows`` (one
+    r""":class:`mentored.verify.decoding.DecodeStats` pooled over the batch, plus ``rows`` (one
     ``DecodeStats`` per row: its ``per_position`` acceptance, ``mean_accepted`` drafts per target
     pass, ``passes_per_token``), ``rounds`` (batched target forward passes) and ``seconds``: wall
     time of the drafter's passes (``draft``), the target's (``target``), the verification and
     sampling (``verify``), cache bookkeeping (``cache``) and the whole call (``total``), shared by
-    every row of the batch."""
+    every row of the batch. Per row (tuples of float64 arrays, one entry per returned token):
+    ``logprobs`` (:math:`\log \pi` of the verifier each token was drawn from: its exact law given
+    the tokens before it), ``target_logprobs`` (:math:`\log p`, the warped target's), ``spent``
+    (:math:`D_f(\pi\|p)`), with :attr:`divergence` and :attr:`log_weights` derived from them; NaN
+    for tokens verified on a device (the device algorithm does not report its law)."""
 
     rows: tuple = ()
     rounds: int = 0
     seconds: dict = field(default_factory=dict)
+    logprobs: tuple = ()
+    target_logprobs: tuple = ()
+    spent: tuple = ()
+
+    @property
+    def divergence(self) -> np.ndarray:
+        r"""Per row, the divergence spent: Σ over its returned tokens of :math:`D_f(\pi\|p)` of the
+        verifier each was drawn from (docs/theory.md §11 says what the sum bounds)."""
+        return np.array([float(np.sum(s)) for s in self.spent])
+
+    @property
+    def log_weights(self) -> tuple:
+        r"""Per row, :math:`\log p - \log \pi` of each returned token: the row's importance weight is
+        the exponential of their sum."""
+        return tuple(lp - lq for lp, lq in zip(self.target_logprobs, self.logprobs))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -452,6 +473,7 @@ class _Rounds:
         B = len(prompts)
         self.seqs = list(prompts)  # real tokens per row: the prompt, then what was returned
         self.out = [[] for _ in range(B)]
+        self.notes = [[[], [], []] for _ in range(B)]  # per row: log π, log p, D of each returned token
         self.tallies = [Tally(positions) for _ in range(B)]
         self.active = list(range(B))  # rows still generating, in batch order
         self.max_new_tokens, self.eos, self.streamer = max_new_tokens, eos_token_id, streamer
@@ -459,13 +481,16 @@ class _Rounds:
         self.rounds = 0
         self.t_total = time.perf_counter()
 
-    def emit(self, b: int, new: torch.Tensor, accepted: int) -> bool:
-        """Row ``b``'s tokens of this round (``accepted`` drafts, then one); whether the row goes on."""
+    def emit(self, b: int, new: torch.Tensor, accepted: int, notes=None) -> bool:
+        """Row ``b``'s tokens of this round (``accepted`` drafts, then one); whether the row goes on.
+        ``notes``: (log π, log p, D) of those tokens, cut as they are (NaN when not known)."""
         done = False
         if self.eos is not None and bool((new == self.eos).any()):
             new = new[: int((new == self.eos).nonzero()[0, 0]) + 1]
             done = True
         emit = new[: self.max_new_tokens - len(self.out[b])]
+        for kept, given in zip(self.notes[b], notes if notes is not None else (np.full(len(new), np.nan),) * 3):
+            kept.extend(np.asarray(given, dtype=np.float64)[: emit.numel()].tolist())
         self.tallies[b].step(accepted, int(emit.numel()))  # counts only what is returned
         self.out[b].extend(emit.tolist())
         self.seqs[b] = torch.cat([self.seqs[b], emit])
@@ -498,8 +523,46 @@ class _Rounds:
 
         rows = tuple(DecodeStats(**fields(t, [gen_ids[b, : len(self.out[b])].cpu().numpy()])) for b, t in enumerate(self.tallies))
         seconds = dict(self.seconds, total=time.perf_counter() - self.t_total)
-        stats = GenerateStats(**fields(Tally.pooled(self.tallies), [r.tokens[0] for r in rows]), rows=rows, rounds=self.rounds, seconds=seconds)
+        lpi, lp, spent = (tuple(np.array(n[i], dtype=np.float64) for n in self.notes) for i in range(3))
+        stats = GenerateStats(**fields(Tally.pooled(self.tallies), [r.tokens[0] for r in rows]), rows=rows, rounds=self.rounds, seconds=seconds,
+                              logprobs=lpi, target_logprobs=lp, spent=spent)
         return torch.cat([ids_in, gen_ids], dim=1), stats
+
+
+def _span_after(span, inside: bool, tokens) -> bool:
+    """Whether a span is open after ``tokens``, starting from ``inside``: the last of its ids seen decides."""
+    opening, closing = span
+    for t in tokens:
+        if t == opening:
+            inside = True
+        elif t == closing:
+            inside = False
+    return inside
+
+
+def _span_states(span, prompts, V: int):
+    """Per row, whether a span is open after its prompt; None without spans. Checks ``span``."""
+    if span is None:
+        return None
+    try:
+        opening, closing = (int(x) for x in span)
+        if tuple(span) != (opening, closing):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError(f"span must be a pair of token ids (open_id, close_id), got {span!r}") from None
+    if opening == closing or not (0 <= opening < V and 0 <= closing < V):
+        raise ValueError(f"span must hold two different token ids in [0, {V}), got {span!r}")
+    return [_span_after((opening, closing), False, p.tolist()) for p in prompts]
+
+
+def _span_mask(span, inside: list, drafts: torch.Tensor) -> torch.Tensor:
+    """(A, k) float64: 1 where a position's prefix leaves a span open, 0 elsewhere."""
+    mask = torch.zeros(drafts.shape, dtype=torch.float64)
+    for i, state in enumerate(inside):
+        for j, t in enumerate(drafts[i].tolist()):
+            mask[i, j] = float(state)
+            state = _span_after(span, state, (t,))
+    return mask
 
 
 def _pad_id(model, pad_token_id, eos_token_id) -> int:
@@ -530,6 +593,7 @@ def generate(
     streamer=None,
     use_cache: bool = True,
     method: str = "token",
+    span=None,
 ):
     r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored speculative decoding.
 
@@ -576,6 +640,13 @@ def generate(
     method : {"token", "block"}
         Verify each round's drafts token by token, or jointly (block verification run on the chain
         of verifiers: the same law, at least as many accepted drafts; docs/theory.md §10).
+    span : (open_id, close_id), optional
+        Spend the budget only inside spans: a position is verified with the row's budget when, in its
+        prefix (prompt, returned tokens and the drafts before it), the last of the two ids seen is
+        ``open_id`` (a reasoning span ``<think> … </think>``, say), and losslessly (budget 0)
+        elsewhere. The opening token itself is verified outside, the closing one inside. Drafts that
+        open or close a span move the boundary within a round: the budget of each position is a
+        function of its prefix, so the emitted law is still the chain of verifiers (docs/theory.md §11).
 
     Returns
     -------
@@ -612,6 +683,7 @@ def generate(
     if streamer is not None and B != 1:
         raise ValueError("a streamer needs batch size 1 (as in transformers)")
     budget_t = torch.as_tensor(per_row(budget, B, "budget", unit="row"))  # the package's one budget rule
+    inside = _span_states(span, prompts, V)
     pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
@@ -644,14 +716,17 @@ def generate(
         bonus = _draw(p[:, k], gen)
         u = torch.rand((len(active), k, 2), generator=gen, device=device, dtype=torch.float64)
         row_budget = budget_t if budget_t.ndim == 0 else budget_t[active][:, None]
+        if span is not None:  # each position's budget, from the state its prefix leaves (drafts included)
+            row_budget = row_budget * _span_mask(span, [inside[b] for b in active], draft_ids)
         q_all = torch.stack(q_rows, dim=1)
+        notes = None
         if device.type == "cpu":  # the C++ core: a few ms per step where the torch path's small ops take tens
-            result = torch.from_numpy(
-                speculative_step(
-                    p.numpy(), bonus.numpy(), q_all.numpy(), draft_ids.numpy(), divergence=divergence, budget=row_budget.numpy(),
-                    uniforms=u.numpy(), zeros="keep", method=method,
-                )
+            verified = speculative_step(
+                p.numpy(), bonus.numpy(), q_all.numpy(), draft_ids.numpy(), divergence=divergence, budget=row_budget.numpy(),
+                uniforms=u.numpy(), zeros="keep", method=method, return_logprobs=True,
             )
+            result = torch.from_numpy(verified.tokens)
+            notes = (verified.logprobs, verified.target_logprobs, verified.spent)
         else:
             result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep",
                                       method=method)
@@ -664,7 +739,11 @@ def generate(
             L = int(seqs[b].numel())
             target_lm.keep(i, L + n_acc)
             draft_lm.keep(i, L + min(n_acc, k - 1))
-            if rounds.emit(b, new, n_acc):
+            kept = len(rounds.out[b])
+            going = rounds.emit(b, new, n_acc, None if notes is None else [x[i][: n_acc + 1] for x in notes])
+            if span is not None:
+                inside[b] = _span_after(span, inside[b], rounds.out[b][kept:])
+            if going:
                 still.append(i)
         rounds.close(still, (target_lm, draft_lm), t0, t1, t2, t3)
     return rounds.result(ids_in, pad_token_id)

@@ -286,7 +286,9 @@ def generate_tree(
         As :func:`mentored.integrations.hf.generate` with draft positions read as depths: ``steps``
         target passes, ``accepted`` tree nodes accepted, ``per_position[d]`` the acceptance at depth
         ``d + 1`` among rounds that reached it, ``drafted`` the tree nodes scored
-        (``width + … + width**depth`` a round); ``emitted / steps`` tokens per target pass.
+        (``width + … + width**depth`` a round); ``emitted / steps`` tokens per target pass;
+        ``logprobs``, ``target_logprobs``, ``spent`` per row: the law of each returned token (log π of
+        its node's verifier, log p, :math:`D_f(\pi_v\|p_v)`; docs/theory.md §11).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -318,10 +320,13 @@ def generate_tree(
         u = torch.rand((A * N, 2), generator=gen, device=device, dtype=torch.float64)
         parents, kw = np.tile(tree.parents, A), dict(divergence=divergence, budget=budgets[active], objective=objective, zeros="keep")
         if device.type in _CORE_DEVICES:
-            res, last = tree_sample(tokens.reshape(-1).numpy(), parents, [N] * A, p.reshape(A * N, V).numpy(), uniforms=u.numpy(), **kw)
-            res, last = torch.from_numpy(res), torch.from_numpy(last)
+            emitted, last = tree_sample(tokens.reshape(-1).numpy(), parents, [N] * A, p.reshape(A * N, V).numpy(), uniforms=u.numpy(),
+                                        return_logprobs=True, **kw)
+            res, last = torch.from_numpy(emitted.tokens), torch.from_numpy(last)
         else:
-            res, last = tree_sample(tokens.reshape(-1), parents, [N] * A, p.reshape(A * N, V), uniforms=u, **kw)
+            emitted, last = tree_sample(tokens.reshape(-1), parents, [N] * A, p.reshape(A * N, V), uniforms=u, return_logprobs=True, **kw)
+            res = emitted.tokens
+        notes = (emitted.logprobs, emitted.target_logprobs, emitted.spent)
         t3 = time.perf_counter()
         still = []
         for i, b in enumerate(active):
@@ -333,7 +338,7 @@ def generate_tree(
                 raise RuntimeError("internal error: the emitted tokens are not the accepted path's")
             target_lm.keep_path(i, path)
             draft_lm.keep_path(i, path)
-            if rounds.emit(b, new, n_acc):
+            if rounds.emit(b, new, n_acc, [x[i][: n_acc + 1] for x in notes]):
                 still.append(i)
         rounds.close(still, (target_lm, draft_lm), t0, t1, t2, t3)
     return rounds.result(ids_in, pad_token_id, drafted_per_step=N - 1)  # drafted: the tree's nodes a round, not `depth`

@@ -33,7 +33,7 @@ class Solution:
         over :math:`\pi` rather than taken from the difference, which cancels when it is small; for
         a float32 :math:`\pi`, over the float64 :math:`\pi` it rounds (docs/reliability.md).
     divergence : float or ndarray
-        :math:`D_f(\pi\|p)`.
+        :math:`D_f(\pi\|p)`; solved by ``price``, the budget the price amounts to (the divergence spent).
     s : float or ndarray
         :math:`\mathrm{TV}(\pi, p)`, the position on the curve.
     t_lo, t_hi : float or ndarray
@@ -103,6 +103,7 @@ def solve(
     divergence="kl",
     budget=None,
     acceptance=None,
+    price=None,
     threads=None,
     normalize=False,
     check=False,
@@ -117,7 +118,12 @@ def solve(
 
     with ``target`` :math:`p` and ``draft`` :math:`q`. Given ``acceptance`` :math:`a` instead of
     a ``budget`` :math:`\varepsilon`, returns the :math:`\pi` of least :math:`D_f(\pi\|p)` with
-    :math:`A(\pi) = a` (or :math:`\pi = p` when :math:`a \le 1 - \mathrm{TV}(p, q)`).
+    :math:`A(\pi) = a` (or :math:`\pi = p` when :math:`a \le 1 - \mathrm{TV}(p, q)`). Given a
+    ``price`` :math:`\lambda`, returns the :math:`\pi` maximising
+    :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)`: the budget optimum at the divergence it
+    spends (``Solution.divergence``), the point of the curve where the acceptance bought per unit of
+    divergence falls to :math:`\lambda` (``Solution.lam`` is then :math:`\lambda`; docs/theory.md §4,
+    "Budgets by price").
 
     Parameters
     ----------
@@ -132,7 +138,12 @@ def solve(
     budget : float or array_like (B,), optional
         :math:`\varepsilon \ge 0` (``inf`` allowed).
     acceptance : float or array_like (B,), optional
-        Target acceptance in [0, 1]; exactly one of ``budget`` and ``acceptance`` is given.
+        Target acceptance in [0, 1].
+    price : float or array_like (B,), optional
+        :math:`\lambda \ge 0`, the acceptance one unit of divergence must buy to be spent: ``inf`` gives
+        :math:`\pi = p` (budget 0), ``0`` the most acceptance at the least divergence (budget ``inf``).
+        Exactly one of ``budget``, ``acceptance`` and ``price`` is given. Host arrays only (numpy or
+        CPU tensors).
     threads : int, optional
         OpenMP threads over rows, for the input checks and the solve (default: all cores, or the
         calling thread alone for a batch of at most 65,536 entries, where waking a team costs more
@@ -165,7 +176,7 @@ def solve(
     backend = get_backend(target, draft)
     solved = backend.solve(
         target, draft, divergence=divergence, budget=budget, acceptance=acceptance, threads=threads, normalize=normalize, check=check,
-        out=out,
+        out=out, price=price,
     )
     div, res, binding = solved.divergence, solved.res, solved.binding
     if solved.check is not None:  # on the host: a certificate per row, the oracle on small rows
@@ -334,12 +345,12 @@ class MentoredPath:
                 self._tables[div] = (self._core.table_custom(vec, f_inf), scalar)
         return self._tables[div]
 
-    def _frontier(self, div, budgets):
-        """(k, 5): s, t_lo, t_hi, D and the acceptance Σ min(π, q) per budget."""
+    def _frontier(self, div, budgets, price=False):
+        """(k, 5): s, t_lo, t_hi, D and the acceptance Σ min(π, q) per budget (per price λ with ``price``)."""
         if div.compiled is not None:
-            return self._core.frontier(div.compiled, budgets, True)
+            return self._core.frontier(div.compiled, budgets, True, price)
         table, f_tilde = self._table(div)
-        return self._core.frontier_custom(table, f_tilde, budgets, True)
+        return self._core.frontier_custom(table, f_tilde, budgets, True, price)
 
     def thresholds(self, s: float) -> tuple[float, float]:
         r""":math:`(t_{lo}(s), t_{hi}(s))` with :math:`\mathrm{Down}(t_{lo}) = \mathrm{Up}(t_{hi}) = s`."""
@@ -366,11 +377,16 @@ class MentoredPath:
         table, f_tilde = self._table(div)
         return self._core.divergence_custom(table, f_tilde, min(s, s_max))
 
-    def solve(self, divergence="kl", budget=0.0) -> Solution:
-        """The optimum of MD(f, budget) on this row, as :func:`solve` would return it."""
+    def solve(self, divergence="kl", budget=None, *, price=None) -> Solution:
+        r"""The optimum of MD(f, budget) on this row (budget 0 when neither is given), or with ``price``
+        :math:`\lambda` the maximiser of :math:`A(\pi) - \lambda D_f(\pi\|p)`, as :func:`solve` would
+        return them: :math:`O(\log n)` after the table."""
         div = _divergence(divergence)
-        (budget,) = per_row(budget, 1, "budget")
-        s, t_lo, t_hi, dval, _ = self._frontier(div, np.array([budget]))[0]
+        if budget is not None and price is not None:
+            raise ValueError("give at most one of budget= and price=")
+        by_price = price is not None
+        (value,) = per_row(price, 1, "price") if by_price else per_row(0.0 if budget is None else budget, 1, "budget")
+        s, t_lo, t_hi, dval, _ = self._frontier(div, np.array([value]), by_price)[0]
         pi, acc = self._core.pi(s)
         res = np.array([[s, t_lo, t_hi, acc, dval]])
         return finish(div, pi[None, :], res, np.array([s < self.s_max(div)]), True)

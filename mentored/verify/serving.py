@@ -28,7 +28,7 @@ from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
 from .. import _core
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier", "tree_sample", "tree_verifier"]
+__all__ = ["PLACEHOLDER_TOKEN_ID", "rejection_sample", "onehot_acceptance", "Verifier", "Emitted", "tree_sample", "tree_verifier"]
 
 PLACEHOLDER_TOKEN_ID = -1
 
@@ -248,6 +248,8 @@ def rejection_sample(
     normalize=False,
     logits=False,
     method="token",
+    return_logprobs=False,
+    bonus_logprobs=None,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -324,10 +326,23 @@ def rejection_sample(
         with ``validate``, else decided as above (its softmax is NaN: token 0).
     method : {"token", "block"}
         Token-by-token verification (the default), or block verification of dense drafts.
+    return_logprobs : bool
+        Also return the exact law of what was emitted (docs/theory.md §11): see Returns.
+    bonus_logprobs : (B,) float, optional
+        The log-probability of each bonus token under the law it was drawn from (the target's at the
+        bonus position, whose divergence is 0): fills the bonus column of ``logprobs`` and
+        ``target_logprobs``; NaN there without it.
 
     Returns
     -------
-    int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted.
+    int32 array or tensor (B, max(num_draft_tokens) + 1), −1 where nothing is emitted; with
+    ``return_logprobs``, an :class:`Emitted` ``(tokens, logprobs)``: ``logprobs`` float64 (B, max + 1),
+    :math:`\log \pi(y)` of each emitted token :math:`y` under the verifier of its position (its exact
+    law given the tokens before it: the behaviour policy), NaN where nothing is emitted; beside them
+    ``.target_logprobs`` (:math:`\log p(y)`, :math:`p/\sum p`), ``.log_weights``
+    (:math:`\log p - \log \pi`, the importance weight of the token) and ``.spent``
+    (:math:`D_f(\pi\|p)` of that verifier; 0 for a placeholder's token and the bonus). Rows that are no
+    distribution (validation off) give NaN.
     """
     check_zeros(zeros)
     B = _bonus_shape(bonus_token_ids)
@@ -335,8 +350,60 @@ def rejection_sample(
     plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method)
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
-    return backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
-                          zeros=zeros, threads=threads, validate=validate, normalize=normalize, logits=bool(logits))
+    out = backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
+                         zeros=zeros, threads=threads, validate=validate, normalize=normalize, logits=bool(logits),
+                         notes=bool(return_logprobs))
+    if not return_logprobs:
+        return out
+    return Emitted.of(out, plan.n, bonus_logprobs)
+
+
+class Emitted(tuple):
+    r"""``(tokens, logprobs)`` of a verification asked for its law (``return_logprobs=True``), with
+    ``target_logprobs``, ``log_weights`` and ``spent`` beside them (docs/theory.md §11).
+
+    ``logprobs[b, j]`` is :math:`\log \pi_j(y)` for the token :math:`y` emitted at column j of request
+    b, :math:`\pi_j` the verifier it was drawn from; ``target_logprobs`` :math:`\log p_j(y)`;
+    ``log_weights = target_logprobs − logprobs``, so :math:`\exp \sum_j` of a row's weights is the
+    likelihood ratio of its tokens, target over verifier; ``spent[b, j]`` is :math:`D_f(\pi_j\|p_j)`.
+    All float64 numpy arrays (B, width), NaN where nothing is emitted."""
+
+    target_logprobs: np.ndarray
+    spent: np.ndarray
+
+    def __new__(cls, tokens, logprobs, target_logprobs, spent):
+        self = super().__new__(cls, (tokens, logprobs))
+        self.target_logprobs, self.spent = target_logprobs, spent
+        return self
+
+    @property
+    def tokens(self):
+        return self[0]
+
+    @property
+    def logprobs(self) -> np.ndarray:
+        return self[1]
+
+    @property
+    def log_weights(self) -> np.ndarray:
+        return self.target_logprobs - self.logprobs
+
+    @staticmethod
+    def of(verified, n, bonus_logprobs) -> "Emitted":
+        """From a backend's ``(tokens, log π, log p, D)`` of requests with ``n`` drafts: the bonus column filled."""
+        tokens, logpi, logp, spent = verified
+        t = np.asarray(tokens.cpu() if is_tensor(tokens) else tokens)
+        logpi, logp, spent = (np.asarray(x.cpu() if is_tensor(x) else x, dtype=np.float64) for x in (logpi, logp, spent))
+        n = np.asarray(n, dtype=np.int64)
+        rows = np.flatnonzero(n < t.shape[1])
+        full = rows[t[rows, n[rows]] >= 0]  # requests that emitted their bonus
+        spent[full, n[full]] = 0.0
+        if bonus_logprobs is not None:
+            lb = np.asarray(bonus_logprobs.cpu() if is_tensor(bonus_logprobs) else bonus_logprobs, dtype=np.float64).reshape(-1)
+            if lb.shape != (n.size,):
+                raise ValueError(f"bonus_logprobs must have one entry per request, shape ({n.size},), got {lb.shape}")
+            logpi[full, n[full]] = logp[full, n[full]] = lb[full]
+        return Emitted(tokens, logpi, logp, spent)
 
 
 # ---------------------------------------------------------------- a reusable verifier
@@ -357,7 +424,7 @@ class Verifier:
     uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
     rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
     convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
-    ``normalize`` and ``method`` as in :func:`rejection_sample`.
+    ``normalize``, ``method``, ``return_logprobs`` and ``bonus_logprobs`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -408,14 +475,16 @@ class Verifier:
         self._ui = j
         return self._u[i:j]
 
-    def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None):
+    def __call__(self, draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, *, is_greedy=None, generators=None, uniforms=None,
+                 return_logprobs=False, bonus_logprobs=None):
         # One core call and a few attribute reads: after the core has streamed the rows, each Python
         # operation runs on a cold cache. The core takes numpy arrays of one float dtype,
         # C-contiguous, as they are (no copy): anything else raises TypeError there, a shape it
         # refuses ValueError, and both go to rejection_sample, which converts or names the problem.
         draft = draft_token_ids
-        if self.validate or generators:
-            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms)
+        if self.validate or generators or return_logprobs:  # the law of what is emitted: rejection_sample's notes
+            return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, generators, uniforms,
+                                  return_logprobs, bonus_logprobs)
         T = len(draft)
         if uniforms is None:
             u = self._draw(T)
@@ -436,12 +505,13 @@ class Verifier:
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
         raise refusal(status, bad, pos, stats, dtypes, target_probs.shape[1], self.div, num_draft_tokens, self.normalize)
 
-    def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms):
+    def _fallback(self, draft, n, q, p, bonus, is_greedy, generators, uniforms, return_logprobs=False, bonus_logprobs=None):
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
             draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
             uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize, method=self.method,
+            return_logprobs=return_logprobs, bonus_logprobs=bonus_logprobs,
         )
 
 
@@ -619,7 +689,7 @@ def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objectiv
 
 
 def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False):
+                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False):
     r"""Verify a batch of draft trees with mentored decoding, in one call.
 
     Request ``b`` owns the ``num_nodes[b]`` consecutive nodes starting at :math:`\sum_{c<b} n_c` of
@@ -666,6 +736,11 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     validate : bool
         Tensors: check the ids, siblings and rows (host synchronisations); without it nothing is read
         back from the device. Host input is always checked (by the core, in its pass over the rows).
+    return_logprobs : bool
+        Return an :class:`Emitted` ``(tokens_out, logprobs)`` in place of ``tokens_out``: :math:`\log
+        \pi_v(y)` of each emitted token at its node :math:`v` (the children's masses on their tokens, the
+        rest of :math:`\pi_v` in proportion to :math:`p_v`; at a leaf :math:`p_v`), with ``target_logprobs``
+        and ``spent`` (:math:`D_f(\pi_v\|p_v)`) beside them (docs/theory.md §11), float64 numpy arrays.
 
     Ids (``tokens``, ``parents``, ``num_nodes``) may be of any integer dtype, unsigned included, and
     are read by value: a uint64 id from 2⁶³ on is outside every vocabulary, and refused as such.
@@ -700,9 +775,69 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     >>> out.tolist(), last.tolist()  # u0 = 0.7 lands on node 2 (token 1): p(0) = 0.5 ≤ 0.7 < 0.8
     ([[1, 0]], [2])
     """
-    out, last, _, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
-                            zeros, threads, validate, normalize)
+    out, last, accept, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
+                                 zeros, threads, validate, normalize)
+    if return_logprobs:
+        N = len(tokens)
+        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+        return _tree_notes(plan, tokens, target_probs, out, last, accept), last
     return out, last
+
+
+def _host_numpy(x):
+    return np.asarray(x.detach().cpu() if is_tensor(x) else x)
+
+
+def _tree_notes(plan, tokens, target_probs, out, last, accept) -> "Emitted":
+    """log π_v, log p_v and D_f(π_v‖p_v) of each token a tree walk emitted, from the verifier's own masses:
+    along the path root → last, node v emitted its accepted child's token (π_v = its mass), and the walk's
+    last node its drawn token (π_v = (1 − Σ children's masses)·p_v/(1 − p_v(children)) off the children)."""
+    tok, P, acc = _host_numpy(tokens).astype(np.int64), _host_numpy(target_probs).astype(np.float64), _host_numpy(accept).astype(np.float64)
+    t_out, lst = _host_numpy(out), _host_numpy(last).astype(np.int64)
+    P = P / P.sum(1, keepdims=True)
+    kids = [[] for _ in range(len(tok))]
+    for i, g in enumerate(plan.gp):
+        if g >= 0:
+            kids[g].append(i)
+    shape = t_out.shape
+    logpi, logp, spent = (np.full(shape, np.nan) for _ in range(3))
+    terms = {}
+    for b in range(plan.B):
+        path = [int(plan.starts[b] + lst[b])]
+        while plan.gp[path[-1]] >= 0:
+            path.append(int(plan.gp[path[-1]]))
+        path.reverse()  # root, …, last accepted
+        div = plan.divs[0 if plan.which is None else int(plan.which[b])]
+        term = terms.setdefault(id(div), _node_term(div))
+        for d, v in enumerate(path):
+            y = int(t_out[b, d])
+            ch = kids[v]
+            m = acc[ch] if ch else np.zeros(0)
+            ps = P[v, tok[ch]] if ch else np.zeros(0)
+            if plan.greedy[b]:
+                hot = np.argmax(P[v])
+                pi_y, D = float(y == hot), _point_mass_divergence(term, P[v, hot])
+            else:
+                rest_p, rest_m = max(1.0 - ps.sum(), 0.0), max(1.0 - m.sum(), 0.0)
+                if d + 1 < len(path):
+                    pi_y = float(acc[path[d + 1]])
+                else:
+                    pi_y = rest_m * P[v, y] / rest_p if rest_p > 0 else np.nan
+                D = float(np.sum(term(m, ps)) + term(rest_m, rest_p)) if ch else 0.0
+            logpi[b, d], logp[b, d], spent[b, d] = np.log(pi_y), np.log(P[v, y]), D
+    return Emitted(out, logpi, logp, spent)
+
+
+def _node_term(div):
+    """y·f̃(x/y), elementwise, of the divergence (a unit of mass off p costing f̃∞)."""
+    from ..backends.host import perspective_terms
+
+    return perspective_terms(div)
+
+
+def _point_mass_divergence(term, pa: float) -> float:
+    """D_f(δ_a‖p) = p_a f̃(1/p_a) + (1 − p_a) f̃(0): a greedy request's verifier."""
+    return float(term(1.0, pa) + term(0.0, 1.0 - pa))
 
 
 def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,

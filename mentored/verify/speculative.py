@@ -10,6 +10,8 @@ on another device in torch (:mod:`mentored.backends.torch`), there (:mod:`mentor
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..backends import get_backend
 from ..check.inputs import block_method
 
@@ -34,6 +36,7 @@ def speculative_step(
     zeros="continue",
     normalize=False,
     method="token",
+    return_logprobs=False,
 ):
     r"""One verification step of mentored speculative decoding for a batch of sequences.
 
@@ -90,6 +93,11 @@ def speculative_step(
     method : {"token", "block"}
         ``"block"``: the k drafts of each sequence verified jointly (block verification run on the
         chain of verifiers π; :func:`mentored.verify.serving.rejection_sample`, docs/theory.md §10).
+    return_logprobs : bool
+        Return a :class:`mentored.verify.serving.Emitted` ``(tokens, logprobs)`` with ``target_logprobs``
+        and ``spent`` beside them (docs/theory.md §11): :math:`\log \pi`, :math:`\log p` and
+        :math:`D_f(\pi\|p)` of each emitted token; the bonus, drawn from the target at position k,
+        has :math:`\log p` there and costs nothing. Host memory only (numpy, CPU tensors).
 
     Returns
     -------
@@ -106,10 +114,29 @@ def speculative_step(
     ...                           budget=0.4, uniforms=np.array([[[0.9, 0.5]]]))
     array([[1, 0]])
     """
-    return get_backend(target_with_bonus_probs, draft_probs, draft_token_ids, bonus_token_ids).step(
-        target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget, seed=seed,
-        uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize, block=block_method(method),
-    )
+    backend = get_backend(target_with_bonus_probs, draft_probs, draft_token_ids, bonus_token_ids)
+    block = block_method(method)
+    if not return_logprobs:
+        return backend.step(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget,
+                            seed=seed, uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize, block=block)
+    from ..backends.host import HOST, step_arrays
+    from .serving import Emitted
+
+    if backend.name != HOST.name and getattr(backend, "views", None) is None:
+        raise ValueError("return_logprobs needs host memory (numpy arrays or CPU tensors): the device algorithm does not report the "
+                         "law of what it emits")
+    p, bonus, q, draft = (backend.to_host(x, name) for x, name in ((target_with_bonus_probs, "target_with_bonus_probs"),
+                                                                   (bonus_token_ids, "bonus_token_ids"), (draft_probs, "draft_probs"),
+                                                                   (draft_token_ids, "draft_token_ids")))
+    if uniforms is not None:
+        uniforms = backend.to_host(uniforms, "uniforms")
+    out, *notes = step_arrays(p, bonus, q, draft, divergence=divergence, budget=budget, seed=seed, uniforms=uniforms, threads=threads,
+                              zeros=zeros, normalize=normalize, block=block, notes=True)
+    P = np.asarray(p, dtype=np.float64)[:, -1]
+    b = np.asarray(bonus).reshape(-1).astype(np.int64)
+    lb = np.log(P[np.arange(b.size), b] / P.sum(-1))  # the bonus's law: the target's at position k
+    e = Emitted.of((out, *notes), np.full(out.shape[0], out.shape[1] - 1), lb)
+    return Emitted(backend.like(e.tokens), e.logprobs, e.target_logprobs, e.spent)
 
 
 def _core_divergence(div):
