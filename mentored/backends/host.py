@@ -20,7 +20,7 @@ from ..check.inputs import (
 from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
 from .protocol import Solved
-from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
+from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, onehot_price_search, tree_masses
 
 __all__ = ["HostBackend", "HOST", "perspective_terms", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
@@ -281,17 +281,20 @@ def step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtyp
     return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status), b=b))
 
 
-def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:
-    """π for rows (R, V) with per-row budgets; ``zeros="keep"`` adds π_i = 0 where p_i = 0.
+def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False, price=False) -> np.ndarray:
+    """π for rows (R, V) with per-row budgets (``price``: per-row prices λ, docs/theory.md §4);
+    ``zeros="keep"`` adds π_i = 0 where p_i = 0.
 
     With f∞ = ∞ the optimum never puts mass there. With f∞ < ∞, a row whose optimum went past the
     end of the finite curve (``t_hi = inf``, s > TV − Q0) is solved again at that end, the least
     divergence reaching acceptance 1 − Q0: the optimum under the constraint, since D_f is
     nondecreasing along the curve and the finite part is within budget
-    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0.
+    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0. At a price
+    the same: A − λD is concave along the curve, and its largest maximiser lies past the finite
+    curve's end, so that end is the best point of the finite curve (speculative.hpp, solve_position).
     """
     kw = dict(divergence=div, threads=threads, normalize=normalize, check=False, out=None)
-    sol = solve_arrays(p2, q2, budget=budgets, acceptance=None, **kw)
+    sol = solve_arrays(p2, q2, budget=None if price else budgets, acceptance=None, price=budgets if price else None, **kw)
     pi = sol.pi
     if zeros == "keep" and np.isfinite(div.f_inf):
         redo = np.flatnonzero(np.isinf(sol.res[:, 2]))  # t_hi
@@ -307,13 +310,16 @@ def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarra
 
 # ---------------------------------------------------------------- the serving layout
 
-def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
+def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str, price: bool = False) -> np.ndarray:
     """π_x of onehot_acceptance for float64 arrays of one length: in the core (speculative.hpp,
-    onehot_pi_x) wherever it can evaluate f̃, by the same bisection in numpy otherwise."""
+    onehot_pi_x, or onehot_pi_x_price where ``eps`` holds prices) wherever it can evaluate f̃, by the
+    same rules in numpy otherwise."""
     code = core_divergence(div)
     if code is not None:
-        return _core.onehot(px, eps, code, zeros == "keep")
+        return _core.onehot(px, eps, code, zeros == "keep", price)
     with np.errstate(all="ignore"):
+        if price:
+            return onehot_price_search(np, px, eps, div, zeros, perspective_terms(div))
         return onehot_bisection(np, px, eps, div, zeros, perspective_terms(div))
 
 
@@ -441,6 +447,7 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
     out, bad, status, pos, stats, *noted = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
         True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block, notes,
+        plan.priced,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):
@@ -512,6 +519,7 @@ def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
     T = plan.T
     which = plan.which[plan.req] if plan.which is not None else np.zeros(T, dtype=np.int32)
     eps = plan.eps_rows if plan.eps_request is not None else np.full(T, plan.eps_rows[0])
+    priced = plan.priced[plan.req] if plan.priced is not None else np.zeros(T, dtype=bool)  # eps holds prices there
     pi = np.zeros_like(p) if q is not None else None
     pi_x = np.zeros(T) if q is None else None
     for i, d in enumerate(divs):
@@ -520,12 +528,16 @@ def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
         idx = np.flatnonzero((which == i) & ~plan.greedy[plan.req] & (draft >= 0))
         if not idx.size:
             continue
-        if q is not None:
-            pi[idx] = solve_pi(p[idx], q[idx], plan.divs[i], eps[idx], threads, zeros, normalize)
-        else:
-            rows = p[idx]
-            px = rows[np.arange(idx.size), draft[idx]].astype(np.float64) / row_stats(rows)[0]
-            pi_x[idx] = onehot_arrays(px, eps[idx], plan.divs[i], zeros)
+        for by_price in (False, True):
+            at = idx[priced[idx] == by_price]
+            if not at.size:
+                continue
+            if q is not None:
+                pi[at] = solve_pi(p[at], q[at], plan.divs[i], eps[at], threads, zeros, normalize, price=by_price)
+            else:
+                rows = p[at]
+                px = rows[np.arange(at.size), draft[at]].astype(np.float64) / row_stats(rows)[0]
+                pi_x[at] = onehot_arrays(px, eps[at], plan.divs[i], zeros, price=by_price)
     return pi, pi_x
 
 

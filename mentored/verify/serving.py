@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..check.inputs import block_method, check_zeros, per_row, sum_rtol, threads_arg
+from ..check.inputs import block_method, check_zeros, per_row, priced_values, sum_rtol, threads_arg
 from ..backends import get_backend, is_tensor
 from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
@@ -71,10 +71,10 @@ class _Plan:
     """Host-side bookkeeping of one call: who is where, and with which divergence and budget.
 
     What the core call needs is computed here (counts, greedy flags, divergences and their index per
-    request, budgets per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
+    request, budgets (or prices: ``priced``) per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
     random and greedy positions, the groups by divergence) only where a path reads it."""
 
-    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T, method="token"):
+    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T, method="token", price=None):
         self.block = block_method(method)
         if type(num_draft_tokens) is list and all(type(c) is int for c in num_draft_tokens):
             # vLLM's own form, a list of ints: read without numpy (a few µs a call)
@@ -94,7 +94,11 @@ class _Plan:
         self.B, self.T, self.counts, self.K = B, T, n, K
         self.greedy_or_none = _greedy_flags(is_greedy, B)
         self.divs, self.which = _request_divergences(divergence, B)
-        if type(budget) in (float, int) and budget >= 0:  # one for all, the usual case (NaN fails the test)
+        self.priced = None  # bool (B,): requests whose eps are prices (docs/theory.md §4); None: budgets only
+        if price is not None:
+            self.eps_request, self.priced = priced_values(per_row(budget, B, "budget", unit="request"), price, B)
+            self.eps_rows = np.repeat(self.eps_request, self.n)
+        elif type(budget) in (float, int) and budget >= 0:  # one for all, the usual case (NaN fails the test)
             self.eps_request, self.eps_rows = None, np.array([float(budget)])
         elif np.ndim(budget) == 0:
             self.eps_request, self.eps_rows = None, per_row(budget, 1, "budget")
@@ -133,7 +137,7 @@ class _Plan:
 
     @cached_property
     def eps_rnd(self) -> np.ndarray:
-        """The budget of each random position (rnd order)."""
+        """The budget (a price where ``priced``) of each random position (rnd order)."""
         eps = self.eps_rows if self.eps_request is not None else np.full(self.T, self.eps_rows[0])
         return eps[self.rnd]
 
@@ -193,7 +197,7 @@ def _check_generators(generators, B: int) -> None:
 # ---------------------------------------------------------------- the token-only verifier (§8)
 
 
-def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
+def onehot_acceptance(p_x, budget=0.0, divergence="kl", zeros="keep", *, price=None):
     r"""π_x of the verifier of a token-only drafter :math:`q = \delta_x` (docs/theory.md §8), per row.
 
     The largest :math:`a = \pi_x \in [p_x, 1]` with
@@ -213,11 +217,35 @@ def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
     Examples
     --------
     >>> from mentored.verify.serving import onehot_acceptance
-    >>> float(onehot_acceptance(0.3, 0.05, divergence="tv"))  # p_x + ε
-    0.35
+    With ``price`` :math:`\lambda` (≥ 0, ``inf`` allowed; broadcast with ``p_x``) instead of a budget:
+    the :math:`a \in [p_x, 1]` maximising :math:`a - \lambda D(a)`, :math:`D(a)` the divergence above
+    (the acceptance of :math:`\delta_x` is :math:`\pi_x`; docs/theory.md §4, "Budgets by price").
+    :math:`D` is convex in :math:`a`, so the objective is concave and its largest maximiser is where
+    :math:`\lambda D'(a^+)` first exceeds 1 (a bisection on that slope in the core; a golden-section
+    search for a divergence the core cannot evaluate). ``tv``: 1 for :math:`\lambda \le 1`, else
+    :math:`p_x`. Host memory only.
+
+    >>> round(float(onehot_acceptance(0.3, divergence="chi2", price=2.0)), 6)  # p_x + p_x(1 − p_x)/(2λ)
+    0.3525
     """
     div = _divergence(divergence)
     check_zeros(zeros)
+    if price is not None:
+        if not (budget is None or (np.ndim(budget) == 0 and not is_tensor(budget) and float(budget) == 0.0)):
+            raise ValueError(f"give one of budget= and price=, not both (got budget={budget!r} and price={price!r})")
+        if is_tensor(p_x) and p_x.device.type != "cpu" or is_tensor(price) and price.device.type != "cpu":
+            raise NotImplementedError("onehot_acceptance(price=) runs on the host: pass numpy arrays or CPU tensors, or give budget= on the device")
+        lam = np.asarray(price.tolist() if hasattr(price, "tolist") else price, dtype=np.float64)
+        if np.any(np.isnan(lam)) or np.any(lam < 0):
+            raise ValueError(f"price must be nonnegative (inf allowed), got {lam[np.isnan(lam) | (lam < 0)].ravel()[0]}")
+        px = np.asarray(p_x.tolist() if is_tensor(p_x) else p_x, dtype=np.float64)
+        px, lam = np.broadcast_arrays(px, lam)
+        from ..backends.host import onehot_arrays
+        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(lam.ravel()), div, zeros, price=True).reshape(px.shape)
+        if is_tensor(p_x):
+            import torch
+            return torch.as_tensor(out)
+        return out
     budgets = budget if is_tensor(budget) else np.asarray(budget, dtype=np.float64)
     if not is_tensor(budget):
         per_row(budgets.ravel(), budgets.size, "budget")  # the one budget rule (a device tensor is taken as given)
@@ -250,6 +278,7 @@ def rejection_sample(
     method="token",
     return_logprobs=False,
     bonus_logprobs=None,
+    price=None,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -292,6 +321,15 @@ def rejection_sample(
     bonus_token_ids : (B, 1) or (B,) integer array or tensor (any other shape is refused)
     divergence : str or Divergence, or one per request
     budget : float, or one per request (float64, ≥ 0, ``inf`` allowed)
+    price : float, or one per request (float64, ≥ 0, ``inf`` allowed), optional
+        Instead of a budget, what a unit of divergence is worth: each position's :math:`\pi` is the one
+        maximising :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)` for its own :math:`(p, q)`
+        (docs/theory.md §4, "Budgets by price"; :func:`mentored.solve` with ``price=``), and for
+        token-only drafts the :math:`\pi_x \in [p_x, 1]` maximising :math:`\pi_x - \lambda D_f(\pi\|p)`
+        (:func:`onehot_acceptance` with ``price=``). One per request: NaN where a request uses its
+        budget. A request with both a budget other than 0 and a price is refused. ``price=inf`` is
+        lossless; ``price=0`` spends what the curve allows. Host memory only (numpy arrays, CPU
+        tensors): the device algorithm searches budgets.
     is_greedy : (B,) bool, optional
     generators : dict request index → ``numpy.random.Generator`` or ``torch.Generator``, optional
         Indices in [0, B). A seeded request draws its two uniforms per position from its own generator (nothing when
@@ -347,7 +385,7 @@ def rejection_sample(
     check_zeros(zeros)
     B = _bonus_shape(bonus_token_ids)
     T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
-    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method)
+    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method, price)
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
     out = backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
@@ -424,7 +462,9 @@ class Verifier:
     uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
     rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
     convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
-    ``normalize``, ``method``, ``return_logprobs`` and ``bonus_logprobs`` as in :func:`rejection_sample`.
+    ``normalize``, ``method``, ``price`` (one for all: each position's π maximises
+    :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)`, docs/theory.md §4), ``return_logprobs`` and
+    ``bonus_logprobs`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -437,7 +477,7 @@ class Verifier:
     """
 
     def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False,
-                 normalize=False, method="token"):
+                 normalize=False, method="token", price=None):
 
         self.V = int(vocab_size)
         self.div = _divergence(divergence)
@@ -445,6 +485,8 @@ class Verifier:
             raise ValueError(f"Verifier takes a divergence the core evaluates (a built-in, or one from Divergence.from_sympy "
                              f"with a program); {self.div.name!r} has none: use rejection_sample")
         self.budget = float(per_row(budget, 1, "budget")[0])
+        # One price for every request instead of the budget (docs/theory.md §4): π maximises A − λD.
+        self.price = None if price is None else float(priced_values(np.array([self.budget]), price, 1)[0][0])
         self.zeros = check_zeros(zeros)
         self.threads = threads_arg(threads)
         self.validate = validate
@@ -460,7 +502,8 @@ class Verifier:
         self._alloc(int(max_tokens))
 
     def _alloc(self, T):
-        self._eps = np.array([self.budget])  # one budget for every row (the core broadcasts it)
+        self._eps = np.array([self.budget if self.price is None else self.price])  # one for every row (the core broadcasts it)
+        self._priced = None  # the core's per-request flags, kept for the last B
         self._u = np.empty((0, 2))  # uniforms drawn ahead from self.rng, handed out in order
         self._ui = 0
         self._chunk = max(int(T), 1)
@@ -491,10 +534,16 @@ class Verifier:
         else:
             u = given_uniforms(uniforms, T)
         rtol = self._rtol.get(getattr(target_probs, "dtype", None), np.inf)  # another dtype: TypeError in the core
+        priced = None
+        if self.price is not None:
+            B = len(num_draft_tokens)
+            if self._priced is None or self._priced.shape[0] != B:
+                self._priced = np.ones(B, dtype=bool)
+            priced = self._priced
         try:
             out, bad, status, pos, stats = _core.verify(
                 target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._divs, None, is_greedy, None, None,
-                self._keep, 0, True, self.threads, True, rtol, rtol, False, self._block,
+                self._keep, 0, True, self.threads, True, rtol, rtol, False, self._block, False, priced,
             )
         except (TypeError, ValueError):
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
@@ -509,7 +558,7 @@ class Verifier:
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
-            draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
+            draft, n, q, p, bonus, divergence=self.div, budget=self.budget, price=self.price, is_greedy=is_greedy, generators=generators,
             uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize, method=self.method,
             return_logprobs=return_logprobs, bonus_logprobs=bonus_logprobs,
         )
