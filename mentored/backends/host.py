@@ -15,7 +15,7 @@ import numpy as np
 from .. import _core
 from ..check.inputs import (
     as_pair, check_step_inputs, check_sums, check_zeros, floats, pair_arrays, per_row, refuse_pair, row_error, row_stats, step_budgets,
-    step_uniforms, sum_rtol, threads_arg,
+    step_uniforms, sum_rtol, threads_arg, priced_values,
 )
 from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
@@ -197,10 +197,12 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 # ---------------------------------------------------------------- the speculative step
 
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-                zeros, normalize, block=False, notes=False):
+                zeros, normalize, block=False, notes=False, price=None, priced=None):
     """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1). ``notes``:
     ``(out, log π, log p, D)`` of each emitted token (the core's notes; the bonus column NaN, a
-    divergence the core cannot evaluate NaN in D)."""
+    divergence the core cannot evaluate NaN in D). ``price``: one for all or per sequence (B,), NaN
+    where a sequence uses its budget (docs/theory.md §4); ``priced`` (B,) bool: the budgets of those
+    sequences are prices already (the rescaled retry)."""
     check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
@@ -212,6 +214,9 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     )
     B, k, V = q.shape
     budgets = step_budgets(budget, B, k)
+    if price is not None:  # prices in the priced sequences' budgets, and the core told which they are
+        lam, priced = priced_values(budgets.max(1) if k else np.zeros(B), price, B, unit="sequence")
+        budgets = np.ascontiguousarray(np.where(priced[:, None], lam[:, None], budgets))
     u = step_uniforms(uniforms, seed, B, k)
     dtypes = p.dtype, q.dtype
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
@@ -221,8 +226,13 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
     pi = None
     if code is None and k:  # π in Python (its f is a Python callable), then the same decision call
-        pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
-        pi = np.ascontiguousarray(pi, dtype=dtype)
+        pi = np.empty((B * k, V), dtype=dtype)
+        by_row = np.repeat(priced if priced is not None else np.zeros(B, dtype=bool), k)
+        for by_price in (False, True):
+            at = np.flatnonzero(by_row == by_price)
+            if at.size:
+                pi[at] = solve_pi(p[:, :k, :].reshape(B * k, V)[at], q.reshape(B * k, V)[at], div, budgets.ravel()[at], threads, zeros,
+                                  normalize, price=by_price)
     elif code is None:
         pi = np.zeros((0, V), dtype=dtype)
     # One call: each position's π is solved in the core just before its acceptance test, and every
@@ -230,7 +240,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     out, bad, status, pos, stats, *noted = _core.verify(
         p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
-        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes,
+        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes, priced=priced,
     )
     if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
             and row_error("", dtypes[1], stats[3:], "", True) is None:
@@ -238,7 +248,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
-                           zeros=zeros, normalize=True, block=block, notes=notes)
+                           zeros=zeros, normalize=True, block=block, notes=notes, priced=priced)
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
     return (out, *noted) if notes else out
