@@ -571,7 +571,7 @@ def tree_arrays(plan, tokens, target_probs, u, zeros, threads, normalize):
     rtol = sum_rtol(p.dtype, normalize)
     out, last, accept, value, bad, status, node, stats = _core.tree(
         p, tok, plan.parents, plan.counts, u, plan.eps, divs, plan.which, plan.greedy_or_none, given, zeros == "keep", plan.length,
-        threads_arg(threads), rtol,
+        threads_arg(threads), rtol, plan.priced,
     )
     if bad >= 0:
         i = int(plan.starts[bad]) + int(node)

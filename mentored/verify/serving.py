@@ -580,7 +580,7 @@ class _TreePlan:
     path and user generators read) from one pass of the core (``_core.tree_layout``), on first use;
     children padded to a matrix only a height at a time (:meth:`height_kids`)."""
 
-    def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective):
+    def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective, price=None):
         if objective not in _OBJECTIVES:
             raise ValueError(f"objective must be 'length' or 'acceptance', got {objective!r}")
         self.objective, self.length = objective, objective == "length"
@@ -615,8 +615,14 @@ class _TreePlan:
         self.greedy = self.greedy_or_none if self.greedy_or_none is not None else np.zeros(B, dtype=bool)
         self.greedy_node = self.greedy[self.req]
         self.divs, self.which = _request_divergences(divergence, B)
-        self.eps = per_row(budget, B, "budget", unit="request")
+        self.eps, self.priced = priced_values(per_row(budget, B, "budget", unit="request"), price, B)
         self.eps_node = self.eps[self.req]
+        if self.priced is not None:  # a price is solved in the core (tree.hpp, node_masses), for its built-ins
+            for b in np.flatnonzero(self.priced):
+                d = self.divs[0 if self.which is None else int(self.which[b])]
+                if d.compiled is None:
+                    raise ValueError(f"price= on draft trees needs a built-in divergence (the core solves each node's price optimum); "
+                                     f"request {int(b)} has {d.name!r}: give it a budget")
         if self.length:
             for d in self.divs:
                 _check_weighted(d)
@@ -724,13 +730,13 @@ def _check_weighted(div) -> None:
 
 
 def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms, zeros, threads,
-          validate, normalize):
+          validate, normalize, price=None):
     check_zeros(zeros)
     if generators is not None and uniforms is not None:
         raise ValueError("tree_sample was given both generators and uniforms: pass one of them (uniforms: the (N, 2) draws, used "
                          "as given; generators: a stream per seeded request)")
     N = len(tokens)
-    plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+    plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective, price)
     _check_generators(generators, plan.B)
     backend = get_backend(target_probs, tokens)
     return backend.tree(plan, tokens, target_probs, generators=generators, uniforms=uniforms, zeros=zeros, threads=threads,
@@ -738,7 +744,8 @@ def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objectiv
 
 
 def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False):
+                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False,
+                price=None):
     r"""Verify a batch of draft trees with mentored decoding, in one call.
 
     Request ``b`` owns the ``num_nodes[b]`` consecutive nodes starting at :math:`\sum_{c<b} n_c` of
@@ -776,6 +783,14 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     target_probs : (N, V) float array or tensor (after temperature, top-k/top-p, masks)
     divergence, budget, is_greedy, zeros, normalize, threads
         As :func:`rejection_sample` (one divergence and budget, or one per request).
+    price : float, or one per request, optional
+        Instead of a budget, a price :math:`\lambda \ge 0` (``inf`` allowed; NaN in a per-request
+        array: that request uses its budget): :math:`\pi_v` maximises
+        :math:`\sum_c w_c\,\pi(x_c) - \lambda D_f(\pi\|p_v)` (docs/theory.md §4, "Budgets by price").
+        ``"acceptance"``: the children's mass is :func:`onehot_acceptance` with ``price=`` at
+        :math:`p_v(S_v)`; ``"length"``: the stationarity of the budget's weighted problem with its
+        multiplier fixed (:math:`\theta = 1/\lambda`), and for ``tv`` every class whose weight is at
+        least :math:`\lambda` below the top weight drained to it. Built-in divergences, host memory only.
     objective : {"length", "acceptance"}
     generators : dict request index → numpy or torch generator, optional
         A seeded request draws the two uniforms of each of its nodes from its own generator.
@@ -825,10 +840,10 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     ([[1, 0]], [2])
     """
     out, last, accept, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
-                                 zeros, threads, validate, normalize)
+                                 zeros, threads, validate, normalize, price)
     if return_logprobs:
         N = len(tokens)
-        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective, price)
         return _tree_notes(plan, tokens, target_probs, out, last, accept), last
     return out, last
 
@@ -890,7 +905,7 @@ def _point_mass_divergence(term, pa: float) -> float:
 
 
 def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                  zeros="keep", threads=None, validate=True, normalize=False):
+                  zeros="keep", threads=None, validate=True, normalize=False, price=None):
     r"""The verifier :func:`tree_sample` samples from: for each node :math:`j`, ``accept[j]`` =
     :math:`\pi_{v}(x_j)`, the mass its parent's verifier puts on its token (the probability of moving
     from :math:`v` to :math:`j`; 1 at roots), and ``value[j]`` = :math:`A(j)`, the expected number of
@@ -906,5 +921,5 @@ def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", 
     """
     no_walk = np.zeros((len(tokens), 2))  # the verifier reads no uniform: none is drawn (no generator advances)
     _, _, accept, value = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, None, no_walk, zeros,
-                                threads, validate, normalize)
+                                threads, validate, normalize, price)
     return accept, value
