@@ -200,9 +200,9 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
                 zeros, normalize, block=False, notes=False, price=None, priced=None):
     """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1). ``notes``:
     ``(out, log π, log p, D)`` of each emitted token (the core's notes; the bonus column NaN, a
-    divergence the core cannot evaluate NaN in D). ``price``: one for all or per sequence (B,), NaN
-    where a sequence uses its budget (docs/theory.md §4); ``priced`` (B,) bool: the budgets of those
-    sequences are prices already (the rescaled retry)."""
+    divergence the core cannot evaluate NaN in D). ``price``: one for all, per sequence (B,) or per
+    position (2-D, broadcast to (B, k)), NaN where a sequence uses its budget (docs/theory.md §4);
+    ``priced`` (B,) bool: the budgets of those sequences are prices already (the rescaled retry)."""
     check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
@@ -215,8 +215,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     B, k, V = q.shape
     budgets = step_budgets(budget, B, k)
     if price is not None:  # prices in the priced sequences' budgets, and the core told which they are
-        lam, priced = priced_values(budgets.max(1) if k else np.zeros(B), price, B, unit="sequence")
-        budgets = np.ascontiguousarray(np.where(priced[:, None], lam[:, None], budgets))
+        budgets, priced = step_prices(budgets, price, B, k)
     u = step_uniforms(uniforms, seed, B, k)
     dtypes = p.dtype, q.dtype
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
@@ -252,6 +251,32 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
     return (out, *noted) if notes else out
+
+
+def step_prices(budgets: np.ndarray, price, B: int, k: int):
+    """speculative_step's budgets (B, k) with prices in place where given: (values (B, k), priced (B,)).
+    ``price``: a scalar or (B,) per sequence (priced_values' rules), or 2-D, broadcast to (B, k), one per
+    position (a sequence's prices all NaN, it uses its budget; all numbers, it is priced; inf is
+    lossless, as budget 0)."""
+    if np.ndim(price) < 2:
+        lam, priced = priced_values(budgets.max(1) if k else np.zeros(B), price, B, unit="sequence")
+        return np.ascontiguousarray(np.where(priced[:, None], lam[:, None], budgets)), priced
+    try:
+        lam = np.broadcast_to(np.asarray(price, dtype=np.float64), (B, k))
+    except ValueError:
+        raise ValueError(f"price must be a scalar, one per sequence (B,) = ({B},), or broadcast to (B, k) = ({B}, {k}), "
+                         f"got shape {np.shape(price)}") from None
+    nan = np.isnan(lam)
+    mixed = nan.any(1) & ~nan.all(1)
+    if mixed.any():
+        raise ValueError(f"price: sequence {int(np.flatnonzero(mixed)[0])} mixes NaN (its budget) with prices; a sequence is "
+                         "verified by budgets or by prices (inf: lossless)")
+    priced = ~nan.all(1) if k else np.zeros(B, dtype=bool)
+    per_seq = np.where(priced, np.nanmin(np.where(nan, np.inf, lam), 1) if k else 0.0, np.nan)
+    priced_values(budgets.max(1) if k else np.zeros(B), per_seq, B, unit="sequence")  # the sign and both-given checks
+    if np.any(lam[priced] < 0):
+        raise ValueError(f"price must be nonnegative (inf allowed), got {lam[priced][lam[priced] < 0][0]}")
+    return np.ascontiguousarray(np.where(priced[:, None], lam, budgets)), priced
 
 
 def core_divergence(div):

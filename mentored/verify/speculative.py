@@ -71,9 +71,10 @@ def speculative_step(
         ``f`` of the budget (built-in names, or any :class:`~mentored.Divergence` for numpy input).
     budget : float or array_like broadcastable to (B, k)
         :math:`\varepsilon \ge 0` per position.
-    price : float or array_like (B,), optional
+    price : float, array_like (B,), or 2-D broadcastable to (B, k), optional
         Instead of a budget, what a unit of divergence is worth, :math:`\lambda \ge 0` (``inf``
-        allowed), for all sequences or one per sequence (NaN: that sequence uses its budget): each
+        allowed: lossless), for all sequences, one per sequence (NaN: that sequence uses its budget)
+        or one per position (a sequence's all NaN, or none): each
         position's :math:`\pi` maximises :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)`
         (docs/theory.md §4, "Budgets by price"; :func:`mentored.solve` with ``price=``). A sequence
         with both a budget other than 0 and a price is refused. Host memory only (numpy, CPU tensors).
