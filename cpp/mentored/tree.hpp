@@ -114,7 +114,8 @@ inline void tv_masses(const double* P, const double* w, std::size_t n, double ep
   const double delta = std::min(eps, R);
   if (!(delta > 0.0)) return;
   done.assign(n, 0);
-  for (double left = delta; left > 0.0;) {  // the lowest weight still holding mass, drained first
+  double left = delta;  // what is still to move; at a price the drain may stop short of delta = R
+  while (left > 0.0) {  // the lowest weight still holding mass, drained first
     double w_min = kInf, G = 0.0;
     for (std::size_t j = 0; j < n; ++j)
       if (!done[j] && P[j] > 0.0 && w[j] != w_max && w[j] < w_min) w_min = w[j];
@@ -129,8 +130,9 @@ inline void tv_masses(const double* P, const double* w, std::size_t n, double ep
       }
     left -= take;
   }
+  const double moved = price > 0.0 ? delta - left : delta;  // a budget moves all of delta (left is rounding)
   for (std::size_t j = 0; j < n; ++j)
-    if ((P[j] > 0.0 || !keep) && w[j] == w_max) m[j] = PT > 0.0 ? P[j] + delta * (P[j] / PT) : (j == first ? delta : 0.0);
+    if ((P[j] > 0.0 || !keep) && w[j] == w_max) m[j] = PT > 0.0 ? P[j] + moved * (P[j] / PT) : (j == first ? moved : 0.0);
 }
 
 // The weighted problem of a strictly convex built-in (see the top of this file). d: scratch of n.
