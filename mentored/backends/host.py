@@ -89,10 +89,10 @@ class HostBackend:
         out = tree_arrays(plan, self.to_host(tokens, "tokens"), self.to_host(target_probs, "target_probs"), u, zeros, threads, normalize)
         return tuple(self.like(x) for x in out)
 
-    def onehot(self, p_x, budget, divergence, zeros):
+    def onehot(self, p_x, budget, divergence, zeros, price=False):
         px, eps = (np.asarray(self.to_host(x, name), dtype=np.float64) for x, name in ((p_x, "p_x"), (budget, "budget")))
         px, eps = np.broadcast_arrays(px, eps)
-        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros).reshape(px.shape)
+        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros, price).reshape(px.shape)
         return out if self.views is None else self.like(out)
 
 

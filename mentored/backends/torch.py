@@ -1584,7 +1584,9 @@ class TorchBackend:
             raise NotImplementedError(_NO_PRICE)
         return _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, validate, normalize)
 
-    def onehot(self, p_x, budget, divergence, zeros):
+    def onehot(self, p_x, budget, divergence, zeros, price=False):
+        if price:
+            raise NotImplementedError(_NO_PRICE)
         px = torch.as_tensor(p_x, device=self.device).to(torch.float64)
         eps = torch.as_tensor(budget, dtype=torch.float64, device=self.device)
         px, eps = torch.broadcast_tensors(px, eps)

@@ -214,17 +214,19 @@ def onehot_acceptance(p_x, budget=0.0, divergence="kl", zeros="keep", *, price=N
     halvings of :math:`[p_x, 1]` otherwise (each a few evaluations of :math:`\tilde f`, vectorised over
     the batch on a device; in C++ on the host).
 
-    Examples
-    --------
-    >>> from mentored.verify.serving import onehot_acceptance
     With ``price`` :math:`\lambda` (≥ 0, ``inf`` allowed; broadcast with ``p_x``) instead of a budget:
     the :math:`a \in [p_x, 1]` maximising :math:`a - \lambda D(a)`, :math:`D(a)` the divergence above
     (the acceptance of :math:`\delta_x` is :math:`\pi_x`; docs/theory.md §4, "Budgets by price").
     :math:`D` is convex in :math:`a`, so the objective is concave and its largest maximiser is where
     :math:`\lambda D'(a^+)` first exceeds 1 (a bisection on that slope in the core; a golden-section
     search for a divergence the core cannot evaluate). ``tv``: 1 for :math:`\lambda \le 1`, else
-    :math:`p_x`. Host memory only.
+    :math:`p_x`. Host memory only (numpy arrays, CPU tensors).
 
+    Examples
+    --------
+    >>> from mentored.verify.serving import onehot_acceptance
+    >>> float(onehot_acceptance(0.3, 0.05, divergence="tv"))  # p_x + ε
+    0.35
     >>> round(float(onehot_acceptance(0.3, divergence="chi2", price=2.0)), 6)  # p_x + p_x(1 − p_x)/(2λ)
     0.3525
     """
@@ -233,19 +235,10 @@ def onehot_acceptance(p_x, budget=0.0, divergence="kl", zeros="keep", *, price=N
     if price is not None:
         if not (budget is None or (np.ndim(budget) == 0 and not is_tensor(budget) and float(budget) == 0.0)):
             raise ValueError(f"give one of budget= and price=, not both (got budget={budget!r} and price={price!r})")
-        if is_tensor(p_x) and p_x.device.type != "cpu" or is_tensor(price) and price.device.type != "cpu":
-            raise NotImplementedError("onehot_acceptance(price=) runs on the host: pass numpy arrays or CPU tensors, or give budget= on the device")
         lam = np.asarray(price.tolist() if hasattr(price, "tolist") else price, dtype=np.float64)
         if np.any(np.isnan(lam)) or np.any(lam < 0):
             raise ValueError(f"price must be nonnegative (inf allowed), got {lam[np.isnan(lam) | (lam < 0)].ravel()[0]}")
-        px = np.asarray(p_x.tolist() if is_tensor(p_x) else p_x, dtype=np.float64)
-        px, lam = np.broadcast_arrays(px, lam)
-        from ..backends.host import onehot_arrays
-        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(lam.ravel()), div, zeros, price=True).reshape(px.shape)
-        if is_tensor(p_x):
-            import torch
-            return torch.as_tensor(out)
-        return out
+        return get_backend(p_x).onehot(p_x, lam, div, zeros, price=True)  # the device backend refuses a price
     budgets = budget if is_tensor(budget) else np.asarray(budget, dtype=np.float64)
     if not is_tensor(budget):
         per_row(budgets.ravel(), budgets.size, "budget")  # the one budget rule (a device tensor is taken as given)
