@@ -426,7 +426,7 @@ def test_every_device_verification_is_one_function(monkeypatch, rng):
 
     calls = []
     verify = tb._verify
-    monkeypatch.setattr(tb, "_verify", lambda *args: calls.append(1) or verify(*args))
+    monkeypatch.setattr(tb, "_verify", lambda *args, **kw: calls.append(1) or verify(*args, **kw))
     monkeypatch.setattr("mentored.backends.CPU_SOLVER", "torch")  # the device algorithm, on CPU tensors
     B, k, V = 3, 4, 30
     p = rng.dirichlet(np.full(V, 0.4), (B, k + 1))
