@@ -331,7 +331,8 @@ std::optional<carray<std::int32_t>> which_arg_of(const py::object& which_arg, st
 // (token-only drafts); draft [T], uniforms [T, 2] per position; budgets [T], or [1] for all;
 // num_draft [B] (Σ = T); bonus [B] or [B, 1]; p [T + B·extra, V] (extra = 1: a bonus-position row
 // after each request's drafts, checked too); divergences, which [B] int32 (None: divergences[0] for
-// all); greedy [B] bool or None; pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
+// all); greedy [B] bool or None; priced [B] bool or None (request b's budgets are prices λ,
+// docs/theory.md §4; Step::priced); pi [T, V] (dtype of p) and pi_x [T] float64 for requests whose
 // divergence is None (given π, dense or token-only); placeholders: −1 drafts allowed (rejected).
 // rtol_p, rtol_q: tolerances on the rows' sums (∞: none); lenient: failed rows decided, not refused
 // (StepCheck); block: dense random requests verified as a block (verify_block); notes: also return log π,
@@ -345,7 +346,8 @@ template <class T>
 py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object num_draft, py::object bonus_ids,
                  carray<double> uniforms, carray<double> budgets, py::list divergences, py::object which_arg,
                  py::object greedy_arg, py::object pi_arg, py::object pi_x_arg, bool keep, int extra, bool placeholders,
-                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block, bool notes) {
+                 int threads, bool int32, double rtol_p, double rtol_q, bool lenient, bool block, bool notes,
+                 py::object priced_arg) {
   rtol_arg(rtol_p, rtol_q);
   const std::vector<StepF> divs = divergences_arg(divergences);
   std::optional<carray<T>> q;
@@ -381,6 +383,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   if (V == 0 && T_ > 0) throw std::invalid_argument("empty vocabulary");
   const auto which = which_arg_of(which_arg, B, divs.size());
   const auto greedy = per_request_arg<bool>(greedy_arg, B, "greedy");
+  const auto priced = per_request_arg<bool>(priced_arg, B, "priced");
   std::optional<carray<T>> pi;
   std::optional<carray<double>> pi_x;
   const bool given = std::any_of(divs.begin(), divs.end(), [](const StepF& f) { return std::holds_alternative<GivenF>(f); });
@@ -404,6 +407,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
   st.eps = budgets.data();
   st.eps_step = n_eps == T_ ? 1 : 0;
   st.greedy = greedy ? greedy->data() : nullptr;
+  st.priced = priced ? priced->data() : nullptr;
   st.which = which ? which->data() : nullptr;
   st.pi = pi ? pi->data() : nullptr;
   st.pi_x = pi_x ? pi_x->data() : nullptr;
@@ -454,7 +458,8 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
 // tokens, parents [N] (parents local to each request: −1 at its node 0, else an earlier node);
 // num_nodes [B] (each ≥ 1, Σ = N); uniforms [N, 2]; budgets [B], or [1] for all; divergences:
 // built-in codes, or None where the caller gives each node's π_parent(x_j) in given [N]; which [B]
-// int32 (None: divergences[0] for all); greedy [B] bool or None; length: objective "length", else
+// int32 (None: divergences[0] for all); greedy [B] bool or None; priced [B] bool or None (request b's
+// budget is a price λ, node_masses); length: objective "length", else
 // "acceptance"; rtol: the tolerance on the rows' sums (∞: none). Returns (out int32 [B, max depth +
 // 1]: the accepted tokens, the emitted one, −1; last int64 [B]: the local index of the last accepted
 // node; accept [N]: π_parent(x_j) (1 at roots); value [N]: A(j), the expected accepted tokens from
@@ -463,7 +468,7 @@ py::tuple verify(carray<T> p, py::object q_arg, py::object draft_ids, py::object
 template <class T>
 py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::object num_nodes, carray<double> uniforms,
                carray<double> budgets, py::list divergences, py::object which_arg, py::object greedy_arg, py::object given_arg,
-               bool keep, bool length, int threads, double rtol) {
+               bool keep, bool length, int threads, double rtol, py::object priced_arg) {
   rtol_arg(rtol, rtol);
   std::vector<TreeF> divs;
   bool given_needed = false;
@@ -491,6 +496,7 @@ py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::obj
     throw std::invalid_argument("tokens, parents and uniforms must have one entry (uniforms: two) per node, budgets one or one per request");
   const auto which = which_arg_of(which_arg, B, divs.size());
   const auto greedy = per_request_arg<bool>(greedy_arg, B, "greedy");
+  const auto priced = per_request_arg<bool>(priced_arg, B, "priced");
   std::optional<carray<double>> given;
   if (given_needed) {
     if (!py::isinstance<carray<double>>(given_arg)) throw py::type_error("given must be a C-contiguous float64 array where π is given");
@@ -519,6 +525,7 @@ py::tuple tree(carray<T> p, py::object token_ids, py::object parent_ids, py::obj
   tr.eps = budgets.data();
   tr.eps_step = n_eps == 1 ? 0 : 1;
   tr.greedy = greedy ? greedy->data() : nullptr;
+  tr.priced = priced ? priced->data() : nullptr;
   tr.which = which ? which->data() : nullptr;
   tr.given = given ? given->data() : nullptr;
   tr.B = B;
@@ -566,8 +573,8 @@ py::tuple tree_layout_of(carray<std::int64_t> gp) {
 }
 
 // The class masses of a tree node's verifier (tree.hpp, node_masses), row by row: P, w [R, n]
-// (column 0 the complement), budgets [R], a built-in's code. For the tests.
-carray<double> tree_node_masses(carray<double> P, carray<double> w, carray<double> eps, int code, bool keep) {
+// (column 0 the complement), budgets [R] (prices with price = true), a built-in's code. For the tests.
+carray<double> tree_node_masses(carray<double> P, carray<double> w, carray<double> eps, int code, bool keep, bool price) {
   if (P.ndim() != 2 || w.ndim() != 2 || P.shape(0) != w.shape(0) || P.shape(1) != w.shape(1) || eps.ndim() != 1 ||
       eps.shape(0) != P.shape(0) || P.shape(1) < 1)
     throw std::invalid_argument("P and w must be (R, n) arrays of one shape, n ≥ 1, and budgets (R,)");
@@ -575,13 +582,14 @@ carray<double> tree_node_masses(carray<double> P, carray<double> w, carray<doubl
   const auto R = static_cast<std::size_t>(P.shape(0)), n = static_cast<std::size_t>(P.shape(1));
   carray<double> m({R, n});
   TreeWork wk;
-  for (std::size_t r = 0; r < R; ++r) node_masses(f, P.data() + r * n, w.data() + r * n, n, eps.data()[r], keep, m.mutable_data() + r * n, wk);
+  for (std::size_t r = 0; r < R; ++r) node_masses(f, P.data() + r * n, w.data() + r * n, n, eps.data()[r], keep, m.mutable_data() + r * n, wk, price);
   return m;
 }
 
 // π_x of the verifier of a token-only drafter (speculative.hpp, onehot_pi_x), elementwise over
-// px = p_x/Σp and budgets of one length, for a built-in's code or a Program.
-py::array_t<double> onehot(carray<double> px, carray<double> eps, py::object divergence, bool keep) {
+// px = p_x/Σp and budgets of one length, for a built-in's code or a Program; price = true: the
+// budgets are prices λ (onehot_pi_x_price).
+py::array_t<double> onehot(carray<double> px, carray<double> eps, py::object divergence, bool keep, bool price) {
   if (px.ndim() != 1 || eps.ndim() != 1 || px.shape(0) != eps.shape(0)) throw std::invalid_argument("px and budgets must be 1-D arrays of one length");
   py::list one;
   one.append(divergence);
@@ -596,7 +604,7 @@ py::array_t<double> onehot(carray<double> px, carray<double> eps, py::object div
         if constexpr (std::is_same_v<std::decay_t<decltype(f)>, GivenF>) throw py::type_error("onehot needs a generator code or a Program");
         else {
           py::gil_scoped_release release;
-          for (std::size_t i = 0; i < n; ++i) o[i] = onehot_pi_x(f, x[i], e[i], keep);
+          for (std::size_t i = 0; i < n; ++i) o[i] = price ? onehot_pi_x_price(f, x[i], e[i], keep) : onehot_pi_x(f, x[i], e[i], keep);
         }
       },
       divs[0]);
@@ -839,21 +847,22 @@ PYBIND11_MODULE(_core, m) {
           py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(), py::arg("pi") = py::none(),
           py::arg("pi_x") = py::none(), py::arg("keep") = false, py::arg("extra") = 0, py::arg("placeholders") = false,
           py::arg("threads") = 0, py::arg("int32") = false, py::arg("rtol_p") = kInf, py::arg("rtol_q") = kInf,
-          py::arg("lenient") = false, py::arg("block") = false, py::arg("notes") = false);
+          py::arg("lenient") = false, py::arg("block") = false, py::arg("notes") = false, py::arg("priced") = py::none());
   };
   def_verify(&verify<double>);
   def_verify(&verify<float>);
-  m.def("onehot", &onehot, py::arg("px"), py::arg("budgets"), py::arg("divergence"), py::arg("keep"));
+  m.def("onehot", &onehot, py::arg("px"), py::arg("budgets"), py::arg("divergence"), py::arg("keep"), py::arg("price") = false);
   const auto def_tree = [&m](auto fn) {
     m.def("tree", fn, py::arg("target").noconvert(), py::arg("tokens"), py::arg("parents"), py::arg("num_nodes"), py::arg("uniforms"),
           py::arg("budgets"), py::arg("divergences"), py::arg("which") = py::none(), py::arg("greedy") = py::none(),
           py::arg("given") = py::none(), py::arg("keep") = true, py::arg("length") = true, py::arg("threads") = 0,
-          py::arg("rtol") = kInf);
+          py::arg("rtol") = kInf, py::arg("priced") = py::none());
   };
   def_tree(&tree<double>);
   def_tree(&tree<float>);
   m.def("tree_layout", &tree_layout_of, py::arg("parents"));
-  m.def("tree_node_masses", &tree_node_masses, py::arg("P"), py::arg("w"), py::arg("budgets"), py::arg("code"), py::arg("keep"));
+  m.def("tree_node_masses", &tree_node_masses, py::arg("P"), py::arg("w"), py::arg("budgets"), py::arg("code"), py::arg("keep"),
+        py::arg("price") = false);
   m.def("row_stats", &row_stats<double>, py::arg("x"), py::arg("threads") = 0);
   m.def("row_stats", &row_stats<float>, py::arg("x"), py::arg("threads") = 0);
   m.def("generator_f", [](int code, double t) { return generator_f(generator(code), t); }, py::arg("code"), py::arg("t"));

@@ -117,16 +117,21 @@ std::int64_t decide(const P* pj, const T* qj, std::int64_t x, const double* u, s
 struct GivenF {};
 using StepF = std::variant<BuiltinF, ProgramF, GivenF>;
 
-// π of one position into pi: solve's budget mode; with keep (zeros = "keep") and f∞ < ∞, a row
-// whose optimum continued onto {p = 0} (t_hi = ∞) is solved again at the end of the finite curve,
-// acceptance 1 − Q0 (Q0 = Σ_{p_i = 0} q_i / Σq), the least divergence reaching it, and π is set
-// to 0 on {p = 0}: the optimum with those zeros as constraints (docs/theory.md §8), as
-// mentored.speculative.solve_pi does for the rows it is given.
+// π of one position into pi: solve's budget mode (value = ε), or its price mode (value = λ: the π
+// maximising A(π) − λ·D_f(π‖p), docs/theory.md §4 "Budgets by price"); with keep (zeros = "keep")
+// and f∞ < ∞, a row whose optimum continued onto {p = 0} (t_hi = ∞) is solved again at the end of
+// the finite curve, acceptance 1 − Q0 (Q0 = Σ_{p_i = 0} q_i / Σq), the least divergence reaching
+// it, and π is set to 0 on {p = 0}: the optimum with those zeros as constraints (docs/theory.md §8),
+// as mentored.speculative.solve_pi does for the rows it is given. For a price the same re-solve is
+// the constrained optimum: with π = 0 on {p = 0} the feasible curve points are the finite curve
+// [0, TV − Q0], and h(s) = A − λD is concave along the whole curve; its largest maximiser lies on
+// the continuation, past that end, so h is nondecreasing on the finite curve and its end is the best
+// point there (and the least divergence with that acceptance, as for a budget). spent: D_f(π‖p).
 template <class T, class F>
-Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, double eps, bool keep, T* pi,
-                      const RowCheck& check = {}, double* spent = nullptr) {
+Status solve_position(OneShot& row, const F& f, const T* p, const T* q, std::size_t V, Mode mode, double value, bool keep,
+                      T* pi, const RowCheck& check = {}, double* spent = nullptr) {
   RowResult r{0.0, 1.0, 1.0, 0.0, 0.0, 0.0};
-  Status st = solve_row(row, f, p, q, V, Mode::budget, eps, pi, r, check);
+  Status st = solve_row(row, f, p, q, V, mode, value, pi, r, check);
   if (spent) *spent = r.divergence;
   if (st != Status::ok || !keep || !(f.f_inf < kInf) || !std::isinf(r.t_hi)) return st;
   double q0 = 0.0, sq = 0.0;
@@ -204,6 +209,40 @@ double onehot_pi_x(const F& f, double px, double eps, bool keep) {
   return a;
 }
 
+// π_x of the price verifier of a token-only drafter q = δ_x (docs/theory.md §4 "Budgets by price",
+// §8), px = p_x/Σp: the largest maximiser over a ∈ [p_x, 1] of a − λ·D(a), D(a) = onehot_divergence
+// (the acceptance of δ_x is π_x = a). D is convex in a, with right slope
+//     D'(a⁺) = f̃'((a/p_x)⁺) − f̃'(((1 − a)/(1 − p_x))⁻),
+// the curve's marginal cost (path.hpp, marginal_cost) at t_hi = a/p_x, t_lo = (1 − a)/(1 − p_x)
+// (t_hi = ∞ where p_x = 0: f̃∞), nondecreasing in a; so the objective is concave and its largest
+// maximiser is min(1, the first a with λ·D'(a⁺) > 1), found by bisection on that predicate to the
+// last bit. tv has D(a) = a − p_x: λ < 1 buys all (a = 1), λ > 1 nothing (a = p_x), and λ = 1, where
+// every a is optimal, the largest (1), as solve's price mode does for tv. λ = ∞: a = p_x (budget 0);
+// λ = 0: a = 1, the end (budget ∞). Where p_x = 0: 0 with keep or f∞ = ∞, as for a budget.
+template <class F>
+double onehot_pi_x_price(const F& f, double px, double price, bool keep) {
+  const bool zero = px <= 0.0;
+  if (zero && (keep || !(f.f_inf < kInf))) return 0.0;
+  if (!(price < kInf)) return zero ? 0.0 : px;
+  if (px >= 1.0) return 1.0;
+  if (is_tv(f)) return price <= 1.0 ? 1.0 : px;
+  const double rest = 1.0 - px;
+  const auto past = [&](double a) {
+    const double t_hi = zero ? kInf : a / px, t_lo = (1.0 - a) / rest;
+    return price * (slope_of(f, t_hi, 1, 0) - slope_of(f, t_lo, -1, 0)) > 1.0;  // NaN (0·∞): not past
+  };
+  if (!past(1.0)) return 1.0;
+  double lo = px + 0.0, hi = 1.0;
+  if (past(lo)) return lo;
+  for (int it = 0; it < 2100; ++it) {
+    const double c = 0.5 * (lo + hi);
+    if (c <= lo || c >= hi) break;
+    if (!past(c)) lo = c;
+    else hi = c;
+  }
+  return lo;
+}
+
 // Status of a row that no decision reads (after a rejection, and the bonus position's target row),
 // and of the rows of a position decided without a solve: checked as a solve would check it
 // (finite, nonnegative, a positive sum within rtol of 1). stats: its {Σ, min, max} (stats_pass).
@@ -268,10 +307,13 @@ inline StepError step_error(Status st, std::size_t j, const double* stats_p, con
 
 // A batch in the flattened layout (C-contiguous): request b owns n[b] consecutive positions from
 // start_b = Σ_{c<b} n[c] of q, draft, u (2 per position: u0 decides acceptance, u1 samples the
-// token), eps (eps_step = 1; or one budget for all: 0), pi and pi_x, and the rows from
+// token), eps (eps_step = 1; or one value for all: 0: a budget, or a price where priced[b]), pi and
+// pi_x, and the rows from
 // start_b + b·extra of p (extra = 1 when p holds a bonus-position row after each request's drafts,
 // as speculative_step's target does, checked too; 0 otherwise). Optional (null): q (token-only
-// drafts), greedy [B], which [B] (the index of each request's divergence; null: 0), pi [T, V] and
+// drafts), greedy [B], priced [B] (request b's eps are prices λ: each position's π maximises
+// A(π) − λ·D_f(π‖p), docs/theory.md §4; null: all budgets), which [B] (the index of each request's
+// divergence; null: 0), pi [T, V] and
 // pi_x [T] (π given, for requests whose divergence is GivenF, dense and token-only).
 // placeholders: −1 is a draft that is always rejected (otherwise an id outside [0, V)).
 template <class T>
@@ -285,6 +327,7 @@ struct Step {
   const double* eps = nullptr;
   std::size_t eps_step = 0;
   const bool* greedy = nullptr;
+  const bool* priced = nullptr;
   const std::int32_t* which = nullptr;
   const T* pi = nullptr;
   const double* pi_x = nullptr;
@@ -295,11 +338,24 @@ struct Step {
   // Optional outputs [B, width], beside out: log π and log p (p/Σp) of each emitted token and
   // D_f(π‖p) of the verifier it was drawn from (docs/theory.md §11); NaN where nothing is emitted,
   // where the row is no distribution (lenient), and where the core cannot evaluate f (GivenF: D only).
-  // The bonus column is the caller's (NaN here).
+  // The bonus column is the caller's (NaN here). For a priced request D is the optimum's, the budget the
+  // price amounts to.
   double* logpi = nullptr;
   double* logp = nullptr;
   double* spent = nullptr;
 };
+
+// How request b's eps are read: budgets, or prices (Step::priced).
+template <class T>
+Mode step_mode(const Step<T>& st, std::size_t b) {
+  return st.priced && st.priced[b] ? Mode::price : Mode::budget;
+}
+
+// π_x of a token-only draft within a budget or at a price (onehot_pi_x, onehot_pi_x_price).
+template <class F>
+double onehot_verifier(const F& f, double px, Mode mode, double value, bool keep) {
+  return mode == Mode::price ? onehot_pi_x_price(f, px, value, keep) : onehot_pi_x(f, px, value, keep);
+}
 
 // Where a request writes its notes of the emitted tokens (Step's logpi, logp, spent), if asked.
 struct Notes {
@@ -362,7 +418,7 @@ StepError verify_block(OneShot& row, const F& f, const Step<T>& st, std::size_t 
       e = check_rows(j);
       pis[j] = st.pi + (s + j) * V;
     } else {
-      const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch + j * V,
+      const Status c = solve_position(row, f, pj, qj, V, step_mode(st, b), st.eps[(s + j) * st.eps_step], st.keep, scratch + j * V,
                                       RowCheck{st.check.rtol_p, st.check.rtol_q, stats}, &ds[j]);
       e = c == Status::ok ? StepError{} : step_error(c, j, stats, stats + 3);
       pis[j] = scratch + j * V;
@@ -508,7 +564,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
         const double px = static_cast<double>(pj[x]) / sp;
         double a;
         if constexpr (std::is_same_v<F, GivenF>) a = st.pi_x[s + j];
-        else a = onehot_pi_x(f, px, st.eps[(s + j) * st.eps_step], st.keep);
+        else a = onehot_verifier(f, px, step_mode(st, b), st.eps[(s + j) * st.eps_step], st.keep);
         accepted = land(&a, 1, uj) == 0;
         if (!accepted) {
           y = inverse_cdf([&](std::size_t i) { return i == static_cast<std::size_t>(x) ? 0.0 : static_cast<double>(pj[i]); }, V, uj[1]);
@@ -525,7 +581,7 @@ StepError verify_request(OneShot& row, const F& f, const Step<T>& st, std::size_
         if (e.status != StepStatus::ok) return failed(e);
         pi = st.pi + (s + j) * V;
       } else {
-        const Status c = solve_position(row, f, pj, qj, V, st.eps[(s + j) * st.eps_step], st.keep, scratch,
+        const Status c = solve_position(row, f, pj, qj, V, step_mode(st, b), st.eps[(s + j) * st.eps_step], st.keep, scratch,
                                         RowCheck{check.rtol_p, check.rtol_q, stats}, &d);
         if (c != Status::ok) return failed(step_error(c, j, stats, stats + 3));
       }

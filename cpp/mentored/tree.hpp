@@ -79,20 +79,26 @@ double root_below(const Fn& F, double lo, double hi, double fl, double fh) {
   return lo;
 }
 
-// The set verifier: m* = onehot_pi_x(P(S)) on the children, 1 − m* on the complement.
+// The set verifier: m* = onehot_pi_x(P(S)) on the children (at a price: onehot_pi_x_price), 1 − m*
+// on the complement.
 template <class F>
-void set_masses(const F& f, const double* P, std::size_t n, double eps, bool keep, double* m) {
+void set_masses(const F& f, const double* P, std::size_t n, double eps, bool keep, double* m, bool price = false) {
   double PS = 0.0;
   for (std::size_t c = 1; c < n; ++c) PS += P[c];
   PS = std::min(PS, 1.0);  // rounding of the sum
-  const double a = onehot_pi_x(f, PS, eps, keep);
+  const double a = price ? onehot_pi_x_price(f, PS, eps, keep) : onehot_pi_x(f, PS, eps, keep);
   m[0] = 1.0 - a;
   for (std::size_t c = 1; c < n; ++c) m[c] = PS > 0.0 ? a * (P[c] / PS) : 0.0;  // P_c/P(S) = 1 for one child: m = a exactly
   if (!(PS > 0.0) && n > 1) m[1] = a;
 }
 
-// tv's linear program (see the top of this file). done: scratch of n flags.
-inline void tv_masses(const double* P, const double* w, std::size_t n, double eps, bool keep, double* m, std::vector<char>& done) {
+// tv's linear program (see the top of this file). done: scratch of n flags. At a price λ (eps = ∞,
+// price = λ): moving a unit of mass from weight w to the top gains w_top − w and costs λ (D_tv grows
+// by the mass moved, to a class with P = 0 too: f̃∞ = ½ plus ½ at the source), so every class with
+// w_top − w ≥ λ is drained (at equality, the largest optimum, as solve's tv rule at λ = 1) and no
+// other: the drain stops at the first weight with w_top − w < λ. price = 0: budgets alone.
+inline void tv_masses(const double* P, const double* w, std::size_t n, double eps, bool keep, double* m, std::vector<char>& done,
+                      double price = 0.0) {
   std::copy(P, P + n, m);
   double w_max = -kInf;
   for (std::size_t j = 0; j < n; ++j)
@@ -108,11 +114,12 @@ inline void tv_masses(const double* P, const double* w, std::size_t n, double ep
   const double delta = std::min(eps, R);
   if (!(delta > 0.0)) return;
   done.assign(n, 0);
-  for (double left = delta; left > 0.0;) {  // the lowest weight still holding mass, drained first
+  double left = delta;  // what is still to move; at a price the drain may stop short of delta = R
+  while (left > 0.0) {  // the lowest weight still holding mass, drained first
     double w_min = kInf, G = 0.0;
     for (std::size_t j = 0; j < n; ++j)
       if (!done[j] && P[j] > 0.0 && w[j] != w_max && w[j] < w_min) w_min = w[j];
-    if (w_min == kInf) break;
+    if (w_min == kInf || w_max - w_min < price) break;
     for (std::size_t j = 0; j < n; ++j)
       if (!done[j] && P[j] > 0.0 && w[j] == w_min) G += P[j];
     const double take = std::min(left, G);
@@ -123,13 +130,16 @@ inline void tv_masses(const double* P, const double* w, std::size_t n, double ep
       }
     left -= take;
   }
+  const double moved = price > 0.0 ? delta - left : delta;  // a budget moves all of delta (left is rounding)
   for (std::size_t j = 0; j < n; ++j)
-    if ((P[j] > 0.0 || !keep) && w[j] == w_max) m[j] = PT > 0.0 ? P[j] + delta * (P[j] / PT) : (j == first ? delta : 0.0);
+    if ((P[j] > 0.0 || !keep) && w[j] == w_max) m[j] = PT > 0.0 ? P[j] + moved * (P[j] / PT) : (j == first ? moved : 0.0);
 }
 
 // The weighted problem of a strictly convex built-in (see the top of this file). d: scratch of n.
+// price: eps is a price λ, the objective Σ_j w_j m_j − λ·D_f(π‖p) (docs/theory.md §4), whose
+// stationarity w_j − λ f̃'(m_j/P_j) = μ is the budget's with its multiplier fixed: θ = 1/λ, no root.
 inline void kkt_masses(const BuiltinF& f, const double* P, const double* w, std::size_t n, double eps, bool keep, double* m,
-                       std::vector<double>& d) {
+                       std::vector<double>& d, bool price = false) {
   double w_top = -kInf;
   for (std::size_t j = 0; j < n; ++j)
     if (P[j] > 0.0 && w[j] > w_top) w_top = w[j];
@@ -173,8 +183,10 @@ inline void kkt_masses(const BuiltinF& f, const double* P, const double* w, std:
     }
     return D;
   };
-  const double top = at(kInf, m) - eps;
-  if (top > 0.0) {
+  const double top = price ? 0.0 : at(kInf, m) - eps;
+  if (price) {
+    at(eps > 0.0 ? 1.0 / eps : kInf, m);  // λ = 0: θ = ∞, everything on the top (budget ∞)
+  } else if (top > 0.0) {
     const double u = root_below([&](double x) { return at(std::exp2(x), m) - eps; }, -kLog2ThetaRange, kLog2ThetaRange, -eps, top);
     at(std::exp2(u), m);
   }
@@ -277,21 +289,23 @@ inline void keep_complement(const double* P, std::size_t n, double* m, bool solv
 // The class masses of a node's verifier: P[0..n) the classes' target masses (class 0 the
 // complement, summed over it where small: kRestDirect; w[0] = 0), w their weights; m receives the
 // masses (Σ m = 1), the complement's as its readers see it where f̃(0) = ∞ (keep_complement).
+// price: eps is a price λ ≥ 0 (Σ_j w_j m_j − λ·D_f(π‖p) maximised; λ = ∞ is budget 0, π = p).
 inline void node_masses(const BuiltinF& f, const double* P, const double* w, std::size_t n, double eps, bool keep, double* m,
-                        TreeWork& work) {
+                        TreeWork& work, bool price = false) {
   bool equal = true;
   for (std::size_t c = 2; c < n; ++c) equal = equal && w[c] == w[1];
-  if (!(eps > 0.0) || n == 1) std::copy(P, P + n, m);
-  else if (equal) set_masses(f, P, n, eps, keep, m);
-  else if (f.g == Generator::tv) tv_masses(P, w, n, eps, keep, m, work.done);
-  else kkt_masses(f, P, w, n, eps, keep, m, work.d);
-  if (std::isinf(f(0.0))) keep_complement(P, n, m, eps > 0.0);
+  const bool moves = price ? eps < kInf : eps > 0.0;  // not π = p
+  if (!moves || n == 1) std::copy(P, P + n, m);
+  else if (equal) set_masses(f, P, n, eps, keep, m, price);
+  else if (f.g == Generator::tv) tv_masses(P, w, n, price ? kInf : eps, keep, m, work.done, price ? eps : 0.0);
+  else kkt_masses(f, P, w, n, eps, keep, m, work.d, price);
+  if (std::isinf(f(0.0))) keep_complement(P, n, m, moves);
 }
 
 // A batch of trees (C-contiguous): request b owns the n[b] consecutive nodes from start_b = Σ_{c<b}
 // n[c] of p [N, V], token, parent (local: −1 at node 0, else in [0, j)), u [N, 2] (u0 walks the
 // node's children, u1 draws its token) and given; eps [B] (eps_step = 1) or one for all (0).
-// Optional (null): greedy [B], which [B] (the index of each request's divergence), given [N] (π of
+// Optional (null): greedy [B], priced [B] (request b's eps is a price λ, node_masses), which [B] (the index of each request's divergence), given [N] (π of
 // each node's token under its parent's verifier, for requests whose divergence is GivenF).
 // length: objective "length" (else "acceptance"); rtol: the tolerance on the rows' sums.
 template <class T>
@@ -304,6 +318,7 @@ struct Tree {
   const double* eps = nullptr;
   std::size_t eps_step = 0;
   const bool* greedy = nullptr;
+  const bool* priced = nullptr;
   const std::int32_t* which = nullptr;
   const double* given = nullptr;
   std::size_t B = 0, V = 0;
@@ -394,7 +409,7 @@ StepError tree_request(const F& f, const Tree<T>& tr, std::size_t b, std::size_t
           wk.P[0] = rest / wk.sum[v];
         }
         wk.w[0] = 0.0;
-        node_masses(f, wk.P.data(), wk.w.data(), k + 1, eps, tr.keep, wk.m.data(), wk);
+        node_masses(f, wk.P.data(), wk.w.data(), k + 1, eps, tr.keep, wk.m.data(), wk, tr.priced && tr.priced[b]);
         for (std::size_t i = 0; i < k; ++i) accept[wk.kids[c0 + i]] = wk.m[i + 1];
       }
     } else {

@@ -15,12 +15,12 @@ import numpy as np
 from .. import _core
 from ..check.inputs import (
     as_pair, check_step_inputs, check_sums, check_zeros, floats, pair_arrays, per_row, refuse_pair, row_error, row_stats, step_budgets,
-    step_uniforms, sum_rtol, threads_arg,
+    step_uniforms, sum_rtol, threads_arg, priced_values,
 )
 from ..divergences import Divergence, divergence as _divergence
 from ..divergences.program import callable_forms, program
 from .protocol import Solved
-from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, tree_masses
+from .shared import REST_DIRECT, LevelForms, given_uniforms, node_masses, onehot_bisection, onehot_price_search, tree_masses
 
 __all__ = ["HostBackend", "HOST", "perspective_terms", "solve_arrays", "step_arrays", "verify_arrays", "onehot_arrays", "solve_pi", "tree_arrays"]
 
@@ -89,10 +89,10 @@ class HostBackend:
         out = tree_arrays(plan, self.to_host(tokens, "tokens"), self.to_host(target_probs, "target_probs"), u, zeros, threads, normalize)
         return tuple(self.like(x) for x in out)
 
-    def onehot(self, p_x, budget, divergence, zeros):
+    def onehot(self, p_x, budget, divergence, zeros, price=False):
         px, eps = (np.asarray(self.to_host(x, name), dtype=np.float64) for x, name in ((p_x, "p_x"), (budget, "budget")))
         px, eps = np.broadcast_arrays(px, eps)
-        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros).reshape(px.shape)
+        out = onehot_arrays(np.ascontiguousarray(px.ravel()), np.ascontiguousarray(eps.ravel()), divergence, zeros, price).reshape(px.shape)
         return out if self.views is None else self.like(out)
 
 
@@ -197,10 +197,12 @@ def solve_arrays(target, draft, *, divergence, budget, acceptance, threads, norm
 # ---------------------------------------------------------------- the speculative step
 
 def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-                zeros, normalize, block=False, notes=False):
+                zeros, normalize, block=False, notes=False, price=None, priced=None):
     """:func:`mentored.speculative_step` on numpy arrays: one core call (``verify``, extra = 1). ``notes``:
     ``(out, log π, log p, D)`` of each emitted token (the core's notes; the bonus column NaN, a
-    divergence the core cannot evaluate NaN in D)."""
+    divergence the core cannot evaluate NaN in D). ``price``: one for all, per sequence (B,) or per
+    position (2-D, broadcast to (B, k)), NaN where a sequence uses its budget (docs/theory.md §4);
+    ``priced`` (B,) bool: the budgets of those sequences are prices already (the rescaled retry)."""
     check_zeros(zeros)
     div = _divergence(divergence)
     code = core_divergence(div)
@@ -212,6 +214,8 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     )
     B, k, V = q.shape
     budgets = step_budgets(budget, B, k)
+    if price is not None:  # prices in the priced sequences' budgets, and the core told which they are
+        budgets, priced = step_prices(budgets, price, B, k)
     u = step_uniforms(uniforms, seed, B, k)
     dtypes = p.dtype, q.dtype
     dtype = np.float32 if p.dtype == q.dtype == np.float32 else np.float64
@@ -221,8 +225,13 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     bonus = np.ascontiguousarray(bonus.reshape(B), dtype=np.int64)
     pi = None
     if code is None and k:  # π in Python (its f is a Python callable), then the same decision call
-        pi = solve_pi(p[:, :k, :].reshape(B * k, V), q.reshape(B * k, V), div, budgets.ravel(), threads, zeros, normalize)
-        pi = np.ascontiguousarray(pi, dtype=dtype)
+        pi = np.empty((B * k, V), dtype=dtype)
+        by_row = np.repeat(priced if priced is not None else np.zeros(B, dtype=bool), k)
+        for by_price in (False, True):
+            at = np.flatnonzero(by_row == by_price)
+            if at.size:
+                pi[at] = solve_pi(p[:, :k, :].reshape(B * k, V)[at], q.reshape(B * k, V)[at], div, budgets.ravel()[at], threads, zeros,
+                                  normalize, price=by_price)
     elif code is None:
         pi = np.zeros((0, V), dtype=dtype)
     # One call: each position's π is solved in the core just before its acceptance test, and every
@@ -230,7 +239,7 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
     out, bad, status, pos, stats, *noted = _core.verify(
         p.reshape(B * (k + 1), V), q.reshape(B * k, V), draft.reshape(-1), np.full(B, k, dtype=np.int64), bonus,
         u.reshape(-1), budgets.reshape(-1), [code], None, None, pi, None, zeros == "keep", 1, False, threads_arg(threads), False,
-        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes,
+        *(sum_rtol(d, normalize) for d in dtypes), block=block, notes=notes, priced=priced,
     )
     if bad >= 0 and normalize and status == _core.StepStatus.bad_value.value and row_error("", dtypes[0], stats[:3], "", True) is None \
             and row_error("", dtypes[1], stats[3:], "", True) is None:
@@ -238,10 +247,36 @@ def step_arrays(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_tok
         # past DBL_MAX), which the core refuses: rescaled here, as solve does, and verified again.
         p, q = (check_sums(x.reshape(-1, V), name, True).reshape(x.shape) for x, name in ((p, "target"), (q, "draft")))
         return step_arrays(p, bonus.reshape(B, 1), q, draft, divergence=div, budget=budgets, seed=None, uniforms=u, threads=threads,
-                           zeros=zeros, normalize=True, block=block, notes=notes)
+                           zeros=zeros, normalize=True, block=block, notes=notes, priced=priced)
     if bad >= 0:
         raise step_error(status, bad, pos, V, div, lambda b, j: f"row (b, j) = ({b}, {j})", stats, dtypes, normalize)
     return (out, *noted) if notes else out
+
+
+def step_prices(budgets: np.ndarray, price, B: int, k: int):
+    """speculative_step's budgets (B, k) with prices in place where given: (values (B, k), priced (B,)).
+    ``price``: a scalar or (B,) per sequence (priced_values' rules), or 2-D, broadcast to (B, k), one per
+    position (a sequence's prices all NaN, it uses its budget; all numbers, it is priced; inf is
+    lossless, as budget 0)."""
+    if np.ndim(price) < 2:
+        lam, priced = priced_values(budgets.max(1) if k else np.zeros(B), price, B, unit="sequence")
+        return np.ascontiguousarray(np.where(priced[:, None], lam[:, None], budgets)), priced
+    try:
+        lam = np.broadcast_to(np.asarray(price, dtype=np.float64), (B, k))
+    except ValueError:
+        raise ValueError(f"price must be a scalar, one per sequence (B,) = ({B},), or broadcast to (B, k) = ({B}, {k}), "
+                         f"got shape {np.shape(price)}") from None
+    nan = np.isnan(lam)
+    mixed = nan.any(1) & ~nan.all(1)
+    if mixed.any():
+        raise ValueError(f"price: sequence {int(np.flatnonzero(mixed)[0])} mixes NaN (its budget) with prices; a sequence is "
+                         "verified by budgets or by prices (inf: lossless)")
+    priced = ~nan.all(1) if k else np.zeros(B, dtype=bool)
+    per_seq = np.where(priced, np.nanmin(np.where(nan, np.inf, lam), 1) if k else 0.0, np.nan)
+    priced_values(budgets.max(1) if k else np.zeros(B), per_seq, B, unit="sequence")  # the sign and both-given checks
+    if np.any(lam[priced] < 0):
+        raise ValueError(f"price must be nonnegative (inf allowed), got {lam[priced][lam[priced] < 0][0]}")
+    return np.ascontiguousarray(np.where(priced[:, None], lam, budgets)), priced
 
 
 def core_divergence(div):
@@ -281,17 +316,20 @@ def step_error(status: int, b: int, j: int, V: int, div, where, stats=None, dtyp
     return ValueError(msg.format(V=V, where=where(b, j), div=repr(div.name), status=int(status), b=b))
 
 
-def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarray:
-    """π for rows (R, V) with per-row budgets; ``zeros="keep"`` adds π_i = 0 where p_i = 0.
+def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False, price=False) -> np.ndarray:
+    """π for rows (R, V) with per-row budgets (``price``: per-row prices λ, docs/theory.md §4);
+    ``zeros="keep"`` adds π_i = 0 where p_i = 0.
 
     With f∞ = ∞ the optimum never puts mass there. With f∞ < ∞, a row whose optimum went past the
     end of the finite curve (``t_hi = inf``, s > TV − Q0) is solved again at that end, the least
     divergence reaching acceptance 1 − Q0: the optimum under the constraint, since D_f is
     nondecreasing along the curve and the finite part is within budget
-    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0.
+    (proofs/Serving.v : keep_zeros_optimal). Rounding mass left on {p = 0} is set to 0. At a price
+    the same: A − λD is concave along the curve, and its largest maximiser lies past the finite
+    curve's end, so that end is the best point of the finite curve (speculative.hpp, solve_position).
     """
     kw = dict(divergence=div, threads=threads, normalize=normalize, check=False, out=None)
-    sol = solve_arrays(p2, q2, budget=budgets, acceptance=None, **kw)
+    sol = solve_arrays(p2, q2, budget=None if price else budgets, acceptance=None, price=budgets if price else None, **kw)
     pi = sol.pi
     if zeros == "keep" and np.isfinite(div.f_inf):
         redo = np.flatnonzero(np.isinf(sol.res[:, 2]))  # t_hi
@@ -307,13 +345,16 @@ def solve_pi(p2, q2, div, budgets, threads, zeros, normalize=False) -> np.ndarra
 
 # ---------------------------------------------------------------- the serving layout
 
-def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str) -> np.ndarray:
+def onehot_arrays(px: np.ndarray, eps: np.ndarray, div: Divergence, zeros: str, price: bool = False) -> np.ndarray:
     """π_x of onehot_acceptance for float64 arrays of one length: in the core (speculative.hpp,
-    onehot_pi_x) wherever it can evaluate f̃, by the same bisection in numpy otherwise."""
+    onehot_pi_x, or onehot_pi_x_price where ``eps`` holds prices) wherever it can evaluate f̃, by the
+    same rules in numpy otherwise."""
     code = core_divergence(div)
     if code is not None:
-        return _core.onehot(px, eps, code, zeros == "keep")
+        return _core.onehot(px, eps, code, zeros == "keep", price)
     with np.errstate(all="ignore"):
+        if price:
+            return onehot_price_search(np, px, eps, div, zeros, perspective_terms(div))
         return onehot_bisection(np, px, eps, div, zeros, perspective_terms(div))
 
 
@@ -441,6 +482,7 @@ def verify_arrays(plan, draft_token_ids, draft_probs, target_probs, bonus_token_
     out, bad, status, pos, stats, *noted = _core.verify(
         p, q, draft, plan.counts, bonus, u, plan.eps_rows, divs, plan.which, plan.greedy_or_none, pi, pi_x, zeros == "keep", 0,
         True, threads_arg(threads), True, sum_rtol(dtypes[0], normalize), sum_rtol(dtypes[1], normalize), lenient, plan.block, notes,
+        plan.priced,
     )
     if bad >= 0:
         if normalize and rescalable(status, stats, dtypes):
@@ -512,6 +554,7 @@ def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
     T = plan.T
     which = plan.which[plan.req] if plan.which is not None else np.zeros(T, dtype=np.int32)
     eps = plan.eps_rows if plan.eps_request is not None else np.full(T, plan.eps_rows[0])
+    priced = plan.priced[plan.req] if plan.priced is not None else np.zeros(T, dtype=bool)  # eps holds prices there
     pi = np.zeros_like(p) if q is not None else None
     pi_x = np.zeros(T) if q is None else None
     for i, d in enumerate(divs):
@@ -520,12 +563,16 @@ def _given_pi(plan, divs, p, q, draft, threads, zeros, normalize):
         idx = np.flatnonzero((which == i) & ~plan.greedy[plan.req] & (draft >= 0))
         if not idx.size:
             continue
-        if q is not None:
-            pi[idx] = solve_pi(p[idx], q[idx], plan.divs[i], eps[idx], threads, zeros, normalize)
-        else:
-            rows = p[idx]
-            px = rows[np.arange(idx.size), draft[idx]].astype(np.float64) / row_stats(rows)[0]
-            pi_x[idx] = onehot_arrays(px, eps[idx], plan.divs[i], zeros)
+        for by_price in (False, True):
+            at = idx[priced[idx] == by_price]
+            if not at.size:
+                continue
+            if q is not None:
+                pi[at] = solve_pi(p[at], q[at], plan.divs[i], eps[at], threads, zeros, normalize, price=by_price)
+            else:
+                rows = p[at]
+                px = rows[np.arange(at.size), draft[at]].astype(np.float64) / row_stats(rows)[0]
+                pi_x[at] = onehot_arrays(px, eps[at], plan.divs[i], zeros, price=by_price)
     return pi, pi_x
 
 
@@ -549,7 +596,7 @@ def tree_arrays(plan, tokens, target_probs, u, zeros, threads, normalize):
     rtol = sum_rtol(p.dtype, normalize)
     out, last, accept, value, bad, status, node, stats = _core.tree(
         p, tok, plan.parents, plan.counts, u, plan.eps, divs, plan.which, plan.greedy_or_none, given, zeros == "keep", plan.length,
-        threads_arg(threads), rtol,
+        threads_arg(threads), rtol, plan.priced,
     )
     if bad >= 0:
         i = int(plan.starts[bad]) + int(node)

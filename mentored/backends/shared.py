@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 from .. import _core
 from ..divergences import Divergence
 
-__all__ = ["onehot_bisection", "given_uniforms", "LevelForms", "node_masses", "tree_masses", "REST_DIRECT"]
+__all__ = ["onehot_bisection", "onehot_price_search", "given_uniforms", "LevelForms", "node_masses", "tree_masses", "REST_DIRECT"]
 
 _BISECT = 80  # halvings of [p_x, 1] for the token-only verifier: absolute error 2^-80, as the core's
 
@@ -48,6 +48,45 @@ def onehot_bisection(xp, px, eps, div: Divergence, zeros: str, term):
     if zeros == "keep" or not np.isfinite(f_inf):
         a = xp.where(zero, 0.0, a)
     return a
+
+
+def onehot_price_search(xp, px, lam, div: Divergence, zeros: str, term):
+    """π_x of the price verifier of a token-only drafter (docs/theory.md §4, §8; the core's
+    onehot_pi_x_price) in an array namespace ``xp``, for a divergence the core cannot evaluate: the
+    a ∈ [p_x, 1] maximising a − λ·D(a), D(a) = p_x f̃(a/p_x) + (1 − p_x) f̃((1 − a)/(1 − p_x)) (convex
+    in a, so the objective is concave), by a golden-section search to 2⁻⁶⁰ of [p_x, 1] (the core
+    bisects on the slope, which needs f̃'; this needs only f̃). The end a = 1 is kept where it is as
+    good (the largest maximiser, as the core's). ``term(x, y)``: y·f̃(x/y) for y > 0."""
+    f_inf = div.f_inf - div.tilt  # f̃∞
+    zero = px <= 0
+    rest = 1.0 - px
+    some = rest > 0
+    pos, rest1 = xp.where(zero, 1.0, px), xp.where(some, rest, 1.0)
+
+    def gain(a):
+        t1 = xp.where(zero, xp.where(a > 0, a * f_inf, 0.0), term(a, pos))
+        D = t1 + xp.where(some, term(1.0 - a, rest1), 0.0)
+        return a - xp.where(lam > 0, lam * D, 0.0)  # λ = 0: acceptance alone (0·∞ read as 0)
+
+    r = (5 ** 0.5 - 1) / 2
+    lo, hi = px + 0.0, xp.ones_like(px)
+    for _ in range(_GOLDEN):
+        c, d = hi - r * (hi - lo), lo + r * (hi - lo)
+        right = gain(c) < gain(d)
+        lo = xp.where(right, c, lo)
+        hi = xp.where(right, hi, d)
+    a = 0.5 * (lo + hi)
+    one = xp.ones_like(px)
+    a = xp.where(gain(one) >= gain(a), one, a)
+    a = xp.where(lam < np.inf, xp.where(a > px, a, px), px)  # λ = ∞: budget 0
+    if div.compiled == _core.Generator.tv:  # D = a − p_x: all below price 1, nothing above
+        a = xp.where(lam <= 1.0, one, px + 0.0)
+    if zeros == "keep" or not np.isfinite(f_inf):
+        a = xp.where(zero, 0.0, a)
+    return a
+
+
+_GOLDEN = 90  # 0.618⁹⁰ < 2⁻⁶⁰
 
 
 def given_uniforms(uniforms, T: int) -> np.ndarray:

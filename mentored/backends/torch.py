@@ -1560,7 +1560,9 @@ class TorchBackend:
         return _solve_on_device(target, draft, divergence, budget, acceptance, normalize, check)
 
     def step(self, target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, *, divergence, budget, seed, uniforms, threads,
-             zeros, normalize, block=False):
+             zeros, normalize, block=False, price=None):
+        if price is not None:
+            raise NotImplementedError(_NO_PRICE)
         if normalize:
             target_with_bonus_probs, draft_probs = (_normalized_tensor(x, name) for x, name in (
                 (target_with_bonus_probs, "target_with_bonus_probs"), (draft_probs, "draft_probs")))
@@ -1569,6 +1571,8 @@ class TorchBackend:
 
     def verify(self, plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, *, generators, uniforms, zeros, threads, validate,
                normalize, logits=False, notes=False):
+        if plan.priced is not None and plan.priced.any():
+            raise NotImplementedError(_NO_PRICE)
         if notes:
             raise ValueError("return_logprobs needs host memory (numpy arrays or CPU tensors): the device algorithm does not "
                              "report the law of what it emits; move the rows to the CPU for such steps")
@@ -1576,13 +1580,22 @@ class TorchBackend:
                                  normalize, logits)
 
     def tree(self, plan, tokens, target_probs, *, generators, uniforms, zeros, threads, validate, normalize):
+        if plan.priced is not None and plan.priced.any():
+            raise NotImplementedError(_NO_PRICE)
         return _tree_sample(plan, tokens, target_probs, generators, uniforms, zeros, validate, normalize)
 
-    def onehot(self, p_x, budget, divergence, zeros):
+    def onehot(self, p_x, budget, divergence, zeros, price=False):
+        if price:
+            raise NotImplementedError(_NO_PRICE)
         px = torch.as_tensor(p_x, device=self.device).to(torch.float64)
         eps = torch.as_tensor(budget, dtype=torch.float64, device=self.device)
         px, eps = torch.broadcast_tensors(px, eps)
         return _onehot(px.contiguous(), eps.contiguous(), divergence, zeros)
+
+
+# The device algorithm searches budgets only (docs/theory.md §4, "Budgets by price").
+_NO_PRICE = ("price= is verified on the host: pass numpy arrays or CPU tensors (the core solves each position's price optimum), "
+             "or give budget= on the device")
 
 
 def device_of(tensors):

@@ -218,6 +218,40 @@ def per_row(value, rows: int, name: str, *, upper: float | None = None, unit: st
     return np.ascontiguousarray(v)
 
 
+def priced_values(budgets: np.ndarray, price, rows: int, *, unit: str = "request") -> tuple:
+    r"""Budgets, or prices in their place: ``(values, priced)`` for ``rows`` requests.
+
+    ``budgets`` (rows,) are the requests' budgets, checked by :func:`per_row`. ``price=None``: the
+    budgets, ``priced`` None. Otherwise a price :math:`\lambda \ge 0` (``inf`` allowed) for all, or one
+    per request, where NaN means "this request uses its budget": each priced request's verifier is
+    the :math:`\pi` maximising :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)` (docs/theory.md
+    §4, "Budgets by price"), and ``values`` holds its price (``priced`` bool (rows,) says which). A
+    request given both a budget other than 0 (the default) and a price is refused: the two ask for
+    different verifiers."""
+    if price is None:
+        return budgets, None
+    try:
+        v = np.asarray(price.tolist() if hasattr(price, "tolist") else price, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"price must be a number or an array of numbers, got {type(price).__name__}") from None
+    if v.ndim == 0:
+        if np.isnan(v):
+            raise ValueError("price is NaN: give a price >= 0 (inf allowed), or one per request with NaN where a request uses its budget")
+        v = np.full(rows, float(v))
+    if v.shape != (rows,):
+        raise ValueError(f"price must be a scalar or have one value per {unit} ({rows}), got shape {v.shape}")
+    priced = ~np.isnan(v)
+    if np.any(v[priced] < 0):
+        r = int(np.flatnonzero(priced & (v < 0))[0])
+        raise ValueError(f"price must be nonnegative (inf allowed), got {v[r]} for {unit} {r}")
+    both = priced & (budgets != 0)
+    if np.any(both):
+        r = int(np.flatnonzero(both)[0])
+        raise ValueError(f"{unit} {r} has both budget={budgets[r]} and price={v[r]}: give one of budget= and price= for a {unit} "
+                         f"(price=NaN for a {unit} that uses its budget)")
+    return np.ascontiguousarray(np.where(priced, v, budgets)), np.ascontiguousarray(priced)
+
+
 def threads_arg(threads) -> int:
     if threads is None:
         return 0

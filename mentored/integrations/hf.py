@@ -48,7 +48,7 @@ except ImportError as exc:
 
 from ..verify.decoding import DecodeStats, Tally
 from .weights import MODELS_DIR, Pair, verify_checksums
-from ..check.inputs import block_method, per_row
+from ..check.inputs import block_method, per_row, priced_values
 from ..verify.speculative import speculative_step
 
 __all__ = ["generate", "GenerateStats", "load_pair", "load_smollm", "Pair", "MODELS_DIR", "verify_checksums", "sampling_probs", "mentored_assisted_generation", "AssistedStats", "probs_along", "left_pad"]
@@ -582,7 +582,7 @@ def generate(
     *,
     k: int = 4,
     divergence="kl",
-    budget=0.1,
+    budget=None,
     max_new_tokens: int = 32,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -594,6 +594,7 @@ def generate(
     use_cache: bool = True,
     method: str = "token",
     span=None,
+    price=None,
 ):
     r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored speculative decoding.
 
@@ -618,7 +619,14 @@ def generate(
         Drafts per target forward pass.
     divergence, budget :
         The verifier's :math:`f` and :math:`\varepsilon` (a float, or one per row: shape (B,) or
-        (B, 1)); ``budget=0`` is lossless speculative sampling.
+        (B, 1); 0.1 when not given); ``budget=0`` is lossless speculative sampling.
+    price : float, or one per row (shape (B,) or (B, 1)), optional
+        Instead of a budget, what a unit of divergence is worth, :math:`\lambda \ge 0` (``inf``:
+        lossless): each position's :math:`\pi` maximises :math:`\sum_i \min(\pi_i, q_i) - \lambda
+        D_f(\pi\|p)` for its own :math:`(p, q)` (docs/theory.md §4, "Budgets by price"), so the
+        divergence spent per token (``stats.spent``) is what that price buys there. Per row, NaN: the
+        row uses its budget; a row given both a price and a budget other than 0 is refused. Verified
+        on the host (the C++ core), on a device too.
     temperature, top_k, top_p :
         Applied to both models' logits as ``model.generate(do_sample=True, ...)`` applies them
         (:func:`sampling_probs`). The target's zeros are kept: the verifier runs with
@@ -641,7 +649,7 @@ def generate(
         Verify each round's drafts token by token, or jointly (block verification run on the chain
         of verifiers: the same law, at least as many accepted drafts; docs/theory.md §10).
     span : (open_id, close_id), optional
-        Spend the budget only inside spans: a position is verified with the row's budget when, in its
+        Spend the budget (or the price) only inside spans: a position is verified with the row's budget when, in its
         prefix (prompt, returned tokens and the drafts before it), the last of the two ids seen is
         ``open_id`` (a reasoning span ``<think> … </think>``, say), and losslessly (budget 0)
         elsewhere. The opening token itself is verified outside, the closing one inside. Drafts that
@@ -682,7 +690,15 @@ def generate(
     B = ids_in.shape[0]
     if streamer is not None and B != 1:
         raise ValueError("a streamer needs batch size 1 (as in transformers)")
-    budget_t = torch.as_tensor(per_row(budget, B, "budget", unit="row"))  # the package's one budget rule
+    lam_rows = None  # per row: its price, NaN where it uses its budget
+    if price is not None:
+        given = np.zeros(B) if budget is None else per_row(budget, B, "budget", unit="row")
+        lam = price.reshape(-1) if np.ndim(price) == 2 and np.shape(price)[1:] == (1,) else price
+        vals, priced = priced_values(given, lam, B, unit="row")
+        lam_rows = np.where(priced, vals, np.nan)
+    budget_t = torch.as_tensor(per_row(0.1 if budget is None else budget, B, "budget", unit="row"))  # the package's one budget rule
+    if lam_rows is not None:
+        budget_t = torch.where(torch.as_tensor(~np.isnan(lam_rows)), 0.0, budget_t)  # a priced row's budget is its price's
     inside = _span_states(span, prompts, V)
     pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
@@ -718,14 +734,21 @@ def generate(
         row_budget = budget_t if budget_t.ndim == 0 else budget_t[active][:, None]
         if span is not None:  # each position's budget, from the state its prefix leaves (drafts included)
             row_budget = row_budget * _span_mask(span, [inside[b] for b in active], draft_ids)
+        row_price = None
+        if lam_rows is not None:  # per position: the row's price inside spans (all of it without), lossless (∞) outside
+            row_price = np.repeat(lam_rows[active][:, None], k, axis=1)
+            if span is not None:
+                row_price = np.where(_span_mask(span, [inside[b] for b in active], draft_ids).cpu().numpy() > 0, row_price,
+                                     np.where(np.isnan(row_price), np.nan, np.inf))
         q_all = torch.stack(q_rows, dim=1)
         notes = None
-        if device.type == "cpu":  # the C++ core: a few ms per step where the torch path's small ops take tens
+        if device.type == "cpu" or row_price is not None:  # the C++ core: a few ms per step where the torch path's small ops take tens
+            host = (lambda x: x.numpy()) if device.type == "cpu" else (lambda x: x.cpu().numpy())
             verified = speculative_step(
-                p.numpy(), bonus.numpy(), q_all.numpy(), draft_ids.numpy(), divergence=divergence, budget=row_budget.numpy(),
-                uniforms=u.numpy(), zeros="keep", method=method, return_logprobs=True,
+                host(p), host(bonus), host(q_all), host(draft_ids), divergence=divergence, budget=host(torch.as_tensor(row_budget)),
+                uniforms=host(u), zeros="keep", method=method, return_logprobs=True, price=row_price,
             )
-            result = torch.from_numpy(verified.tokens)
+            result = torch.from_numpy(verified.tokens).to(device)
             notes = (verified.logprobs, verified.target_logprobs, verified.spent)
         else:
             result = speculative_step(p, bonus, q_all, draft_ids, divergence=divergence, budget=row_budget, uniforms=u, zeros="keep",

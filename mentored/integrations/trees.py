@@ -40,7 +40,7 @@ try:
 except ImportError as exc:
     raise ImportError("mentored.integrations.trees needs torch and transformers: pip install torch transformers") from exc
 
-from ..check.inputs import per_row
+from ..check.inputs import per_row, priced_values
 from ..verify.serving import tree_sample
 from .hf import _Batched, _check_call, _pad_id, _Rounds, sampling_probs
 
@@ -237,7 +237,7 @@ def generate_tree(
     width: int = 2,
     depth: int = 3,
     divergence="kl",
-    budget=0.1,
+    budget=None,
     objective: str = "length",
     max_new_tokens: int = 32,
     temperature: float = 1.0,
@@ -247,6 +247,7 @@ def generate_tree(
     pad_token_id: int | None = None,
     seed: int | None = None,
     use_cache: bool = True,
+    price=None,
 ):
     r"""Generate up to ``max_new_tokens`` tokens after each prompt of a batch with mentored tree speculation.
 
@@ -261,9 +262,16 @@ def generate_tree(
     ----------
     target_model, draft_model, input_ids, attention_mask, divergence, budget, max_new_tokens, eos_token_id, pad_token_id :
         As :func:`mentored.integrations.hf.generate`: a batch of left-padded prompts whose rows
-        finish independently, the same vocabulary, one budget or one per row. Prompt ids outside
+        finish independently, the same vocabulary, one budget or one per row (0.1 when not given). Prompt ids outside
         ``[0, V)`` are refused, and so is a batch whose rows start with the pad token when
         ``attention_mask`` is None (it looks left-padded: pass the mask).
+    price : float, or one per row, optional
+        Instead of a budget, a price :math:`\lambda \ge 0` (``inf``: lossless; per row NaN: the row
+        uses its budget): each node's :math:`\pi_v` maximises the objective minus
+        :math:`\lambda D_f(\pi_v\|p_v)` (docs/theory.md §4, "Budgets by price";
+        :func:`mentored.serving.tree_sample` with ``price=``). Built-in divergences; verified on the
+        host (the C++ core), on a device too. A row with both a price and a budget other than 0 is
+        refused.
     width, depth : int
         Children per node (the drafter's top ``width``) and levels below the root.
     objective : {"length", "acceptance"}
@@ -297,7 +305,14 @@ def generate_tree(
     device, ids_in, prompts, V = _check(target_model, draft_model, input_ids, attention_mask, width, depth, temperature, top_k, top_p,
                                         extra=max_new_tokens, pad_token_id=pad_token_id)
     B = ids_in.shape[0]
-    budgets = per_row(budget, B, "budget", unit="row")
+    budgets = per_row(0.1 if budget is None else budget, B, "budget", unit="row")
+    prices = None  # per row: its price, NaN where it uses its budget
+    if price is not None:
+        given = np.zeros(B) if budget is None else budgets
+        lam = price.reshape(-1) if np.ndim(price) == 2 and np.shape(price)[1:] == (1,) else price
+        vals, priced = priced_values(given, lam, B, unit="row")
+        prices = np.where(priced, vals, np.nan)
+        budgets = np.where(priced, 0.0, budgets)
     pad_token_id = _pad_id(target_model, pad_token_id, eos_token_id)
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed) if seed is not None else int(torch.seed()) % (2**63))
@@ -319,9 +334,11 @@ def generate_tree(
         t2 = time.perf_counter()
         u = torch.rand((A * N, 2), generator=gen, device=device, dtype=torch.float64)
         parents, kw = np.tile(tree.parents, A), dict(divergence=divergence, budget=budgets[active], objective=objective, zeros="keep")
-        if device.type in _CORE_DEVICES:
-            emitted, last = tree_sample(tokens.reshape(-1).numpy(), parents, [N] * A, p.reshape(A * N, V).numpy(), uniforms=u.numpy(),
-                                        return_logprobs=True, **kw)
+        if prices is not None:
+            kw["price"] = prices[active]
+        if device.type in _CORE_DEVICES or prices is not None:  # a price is solved by the core, on the host
+            emitted, last = tree_sample(tokens.reshape(-1).cpu().numpy(), parents, [N] * A, p.reshape(A * N, V).cpu().numpy(),
+                                        uniforms=u.cpu().numpy(), return_logprobs=True, **kw)
             res, last = torch.from_numpy(emitted.tokens), torch.from_numpy(last)
         else:
             emitted, last = tree_sample(tokens.reshape(-1), parents, [N] * A, p.reshape(A * N, V), uniforms=u, return_logprobs=True, **kw)

@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..check.inputs import block_method, check_zeros, per_row, sum_rtol, threads_arg
+from ..check.inputs import block_method, check_zeros, per_row, priced_values, sum_rtol, threads_arg
 from ..backends import get_backend, is_tensor
 from ..backends.host import core_divergence, given_uniforms, refusal, rescalable
 from ..divergences import Divergence, divergence as _divergence
@@ -71,10 +71,10 @@ class _Plan:
     """Host-side bookkeeping of one call: who is where, and with which divergence and budget.
 
     What the core call needs is computed here (counts, greedy flags, divergences and their index per
-    request, budgets per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
+    request, budgets (or prices: ``priced``) per row or one for all); the rest of the layout (``starts``, ``req``, ``pos``, the
     random and greedy positions, the groups by divergence) only where a path reads it."""
 
-    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T, method="token"):
+    def __init__(self, num_draft_tokens, B, is_greedy, divergence, budget, T, method="token", price=None):
         self.block = block_method(method)
         if type(num_draft_tokens) is list and all(type(c) is int for c in num_draft_tokens):
             # vLLM's own form, a list of ints: read without numpy (a few µs a call)
@@ -94,7 +94,11 @@ class _Plan:
         self.B, self.T, self.counts, self.K = B, T, n, K
         self.greedy_or_none = _greedy_flags(is_greedy, B)
         self.divs, self.which = _request_divergences(divergence, B)
-        if type(budget) in (float, int) and budget >= 0:  # one for all, the usual case (NaN fails the test)
+        self.priced = None  # bool (B,): requests whose eps are prices (docs/theory.md §4); None: budgets only
+        if price is not None:
+            self.eps_request, self.priced = priced_values(per_row(budget, B, "budget", unit="request"), price, B)
+            self.eps_rows = np.repeat(self.eps_request, self.n)
+        elif type(budget) in (float, int) and budget >= 0:  # one for all, the usual case (NaN fails the test)
             self.eps_request, self.eps_rows = None, np.array([float(budget)])
         elif np.ndim(budget) == 0:
             self.eps_request, self.eps_rows = None, per_row(budget, 1, "budget")
@@ -133,7 +137,7 @@ class _Plan:
 
     @cached_property
     def eps_rnd(self) -> np.ndarray:
-        """The budget of each random position (rnd order)."""
+        """The budget (a price where ``priced``) of each random position (rnd order)."""
         eps = self.eps_rows if self.eps_request is not None else np.full(self.T, self.eps_rows[0])
         return eps[self.rnd]
 
@@ -193,7 +197,7 @@ def _check_generators(generators, B: int) -> None:
 # ---------------------------------------------------------------- the token-only verifier (§8)
 
 
-def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
+def onehot_acceptance(p_x, budget=0.0, divergence="kl", zeros="keep", *, price=None):
     r"""π_x of the verifier of a token-only drafter :math:`q = \delta_x` (docs/theory.md §8), per row.
 
     The largest :math:`a = \pi_x \in [p_x, 1]` with
@@ -210,14 +214,31 @@ def onehot_acceptance(p_x, budget, divergence="kl", zeros="keep"):
     halvings of :math:`[p_x, 1]` otherwise (each a few evaluations of :math:`\tilde f`, vectorised over
     the batch on a device; in C++ on the host).
 
+    With ``price`` :math:`\lambda` (≥ 0, ``inf`` allowed; broadcast with ``p_x``) instead of a budget:
+    the :math:`a \in [p_x, 1]` maximising :math:`a - \lambda D(a)`, :math:`D(a)` the divergence above
+    (the acceptance of :math:`\delta_x` is :math:`\pi_x`; docs/theory.md §4, "Budgets by price").
+    :math:`D` is convex in :math:`a`, so the objective is concave and its largest maximiser is where
+    :math:`\lambda D'(a^+)` first exceeds 1 (a bisection on that slope in the core; a golden-section
+    search for a divergence the core cannot evaluate). ``tv``: 1 for :math:`\lambda \le 1`, else
+    :math:`p_x`. Host memory only (numpy arrays, CPU tensors).
+
     Examples
     --------
     >>> from mentored.verify.serving import onehot_acceptance
     >>> float(onehot_acceptance(0.3, 0.05, divergence="tv"))  # p_x + ε
     0.35
+    >>> round(float(onehot_acceptance(0.3, divergence="chi2", price=2.0)), 6)  # p_x + p_x(1 − p_x)/(2λ)
+    0.3525
     """
     div = _divergence(divergence)
     check_zeros(zeros)
+    if price is not None:
+        if not (budget is None or (np.ndim(budget) == 0 and not is_tensor(budget) and float(budget) == 0.0)):
+            raise ValueError(f"give one of budget= and price=, not both (got budget={budget!r} and price={price!r})")
+        lam = np.asarray(price.tolist() if hasattr(price, "tolist") else price, dtype=np.float64)
+        if np.any(np.isnan(lam)) or np.any(lam < 0):
+            raise ValueError(f"price must be nonnegative (inf allowed), got {lam[np.isnan(lam) | (lam < 0)].ravel()[0]}")
+        return get_backend(p_x).onehot(p_x, lam, div, zeros, price=True)  # the device backend refuses a price
     budgets = budget if is_tensor(budget) else np.asarray(budget, dtype=np.float64)
     if not is_tensor(budget):
         per_row(budgets.ravel(), budgets.size, "budget")  # the one budget rule (a device tensor is taken as given)
@@ -250,6 +271,7 @@ def rejection_sample(
     method="token",
     return_logprobs=False,
     bonus_logprobs=None,
+    price=None,
 ):
     r"""Verify a batch of drafts with mentored decoding, in vLLM v1's flattened layout.
 
@@ -292,6 +314,15 @@ def rejection_sample(
     bonus_token_ids : (B, 1) or (B,) integer array or tensor (any other shape is refused)
     divergence : str or Divergence, or one per request
     budget : float, or one per request (float64, ≥ 0, ``inf`` allowed)
+    price : float, or one per request (float64, ≥ 0, ``inf`` allowed), optional
+        Instead of a budget, what a unit of divergence is worth: each position's :math:`\pi` is the one
+        maximising :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)` for its own :math:`(p, q)`
+        (docs/theory.md §4, "Budgets by price"; :func:`mentored.solve` with ``price=``), and for
+        token-only drafts the :math:`\pi_x \in [p_x, 1]` maximising :math:`\pi_x - \lambda D_f(\pi\|p)`
+        (:func:`onehot_acceptance` with ``price=``). One per request: NaN where a request uses its
+        budget. A request with both a budget other than 0 and a price is refused. ``price=inf`` is
+        lossless; ``price=0`` spends what the curve allows. Host memory only (numpy arrays, CPU
+        tensors): the device algorithm searches budgets.
     is_greedy : (B,) bool, optional
     generators : dict request index → ``numpy.random.Generator`` or ``torch.Generator``, optional
         Indices in [0, B). A seeded request draws its two uniforms per position from its own generator (nothing when
@@ -347,7 +378,7 @@ def rejection_sample(
     check_zeros(zeros)
     B = _bonus_shape(bonus_token_ids)
     T = int(draft_token_ids.shape[0]) if getattr(draft_token_ids, "ndim", 1) == 1 else -1
-    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method)
+    plan = _Plan(num_draft_tokens, B, is_greedy, divergence, budget, T, method, price)
     _check_generators(generators, B)
     backend = get_backend(target_probs, draft_probs, draft_token_ids, bonus_token_ids)
     out = backend.verify(plan, draft_token_ids, draft_probs, target_probs, bonus_token_ids, generators=generators, uniforms=uniforms,
@@ -424,7 +455,9 @@ class Verifier:
     uniforms from this verifier's generator unless ``generators`` are given. float32 and float64
     rows are both taken as they are: ``vocab_size`` and ``dtype`` describe the expected rows and
     convert nothing; ``max_tokens`` is how many rows of uniforms are drawn ahead at a time;
-    ``normalize``, ``method``, ``return_logprobs`` and ``bonus_logprobs`` as in :func:`rejection_sample`.
+    ``normalize``, ``method``, ``price`` (one for all: each position's π maximises
+    :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)`, docs/theory.md §4), ``return_logprobs`` and
+    ``bonus_logprobs`` as in :func:`rejection_sample`.
 
     Examples
     --------
@@ -437,7 +470,7 @@ class Verifier:
     """
 
     def __init__(self, vocab_size, *, divergence="kl", budget=0.0, zeros="keep", max_tokens=1024, dtype=np.float32, threads=1, seed=None, validate=False,
-                 normalize=False, method="token"):
+                 normalize=False, method="token", price=None):
 
         self.V = int(vocab_size)
         self.div = _divergence(divergence)
@@ -445,6 +478,8 @@ class Verifier:
             raise ValueError(f"Verifier takes a divergence the core evaluates (a built-in, or one from Divergence.from_sympy "
                              f"with a program); {self.div.name!r} has none: use rejection_sample")
         self.budget = float(per_row(budget, 1, "budget")[0])
+        # One price for every request instead of the budget (docs/theory.md §4): π maximises A − λD.
+        self.price = None if price is None else float(priced_values(np.array([self.budget]), price, 1)[0][0])
         self.zeros = check_zeros(zeros)
         self.threads = threads_arg(threads)
         self.validate = validate
@@ -460,7 +495,8 @@ class Verifier:
         self._alloc(int(max_tokens))
 
     def _alloc(self, T):
-        self._eps = np.array([self.budget])  # one budget for every row (the core broadcasts it)
+        self._eps = np.array([self.budget if self.price is None else self.price])  # one for every row (the core broadcasts it)
+        self._priced = None  # the core's per-request flags, kept for the last B
         self._u = np.empty((0, 2))  # uniforms drawn ahead from self.rng, handed out in order
         self._ui = 0
         self._chunk = max(int(T), 1)
@@ -491,10 +527,16 @@ class Verifier:
         else:
             u = given_uniforms(uniforms, T)
         rtol = self._rtol.get(getattr(target_probs, "dtype", None), np.inf)  # another dtype: TypeError in the core
+        priced = None
+        if self.price is not None:
+            B = len(num_draft_tokens)
+            if self._priced is None or self._priced.shape[0] != B:
+                self._priced = np.ones(B, dtype=bool)
+            priced = self._priced
         try:
             out, bad, status, pos, stats = _core.verify(
                 target_probs, draft_probs, draft, num_draft_tokens, bonus_token_ids, u, self._eps, self._divs, None, is_greedy, None, None,
-                self._keep, 0, True, self.threads, True, rtol, rtol, False, self._block,
+                self._keep, 0, True, self.threads, True, rtol, rtol, False, self._block, False, priced,
             )
         except (TypeError, ValueError):
             return self._fallback(draft, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, is_greedy, None, u)
@@ -509,7 +551,7 @@ class Verifier:
         if uniforms is None and not generators and getattr(draft, "ndim", 0) == 1:
             uniforms = self._draw(draft.shape[0])  # this verifier's stream, seeded or not
         return rejection_sample(
-            draft, n, q, p, bonus, divergence=self.div, budget=self.budget, is_greedy=is_greedy, generators=generators,
+            draft, n, q, p, bonus, divergence=self.div, budget=self.budget, price=self.price, is_greedy=is_greedy, generators=generators,
             uniforms=uniforms, zeros=self.zeros, threads=self.threads or None, normalize=self.normalize, method=self.method,
             return_logprobs=return_logprobs, bonus_logprobs=bonus_logprobs,
         )
@@ -531,7 +573,7 @@ class _TreePlan:
     path and user generators read) from one pass of the core (``_core.tree_layout``), on first use;
     children padded to a matrix only a height at a time (:meth:`height_kids`)."""
 
-    def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective):
+    def __init__(self, parents, num_nodes, N, is_greedy, divergence, budget, objective, price=None):
         if objective not in _OBJECTIVES:
             raise ValueError(f"objective must be 'length' or 'acceptance', got {objective!r}")
         self.objective, self.length = objective, objective == "length"
@@ -566,8 +608,14 @@ class _TreePlan:
         self.greedy = self.greedy_or_none if self.greedy_or_none is not None else np.zeros(B, dtype=bool)
         self.greedy_node = self.greedy[self.req]
         self.divs, self.which = _request_divergences(divergence, B)
-        self.eps = per_row(budget, B, "budget", unit="request")
+        self.eps, self.priced = priced_values(per_row(budget, B, "budget", unit="request"), price, B)
         self.eps_node = self.eps[self.req]
+        if self.priced is not None:  # a price is solved in the core (tree.hpp, node_masses), for its built-ins
+            for b in np.flatnonzero(self.priced):
+                d = self.divs[0 if self.which is None else int(self.which[b])]
+                if d.compiled is None:
+                    raise ValueError(f"price= on draft trees needs a built-in divergence (the core solves each node's price optimum); "
+                                     f"request {int(b)} has {d.name!r}: give it a budget")
         if self.length:
             for d in self.divs:
                 _check_weighted(d)
@@ -675,13 +723,13 @@ def _check_weighted(div) -> None:
 
 
 def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms, zeros, threads,
-          validate, normalize):
+          validate, normalize, price=None):
     check_zeros(zeros)
     if generators is not None and uniforms is not None:
         raise ValueError("tree_sample was given both generators and uniforms: pass one of them (uniforms: the (N, 2) draws, used "
                          "as given; generators: a stream per seeded request)")
     N = len(tokens)
-    plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+    plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective, price)
     _check_generators(generators, plan.B)
     backend = get_backend(target_probs, tokens)
     return backend.tree(plan, tokens, target_probs, generators=generators, uniforms=uniforms, zeros=zeros, threads=threads,
@@ -689,7 +737,8 @@ def _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objectiv
 
 
 def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False):
+                generators=None, uniforms=None, zeros="keep", threads=None, validate=True, normalize=False, return_logprobs=False,
+                price=None):
     r"""Verify a batch of draft trees with mentored decoding, in one call.
 
     Request ``b`` owns the ``num_nodes[b]`` consecutive nodes starting at :math:`\sum_{c<b} n_c` of
@@ -727,6 +776,14 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     target_probs : (N, V) float array or tensor (after temperature, top-k/top-p, masks)
     divergence, budget, is_greedy, zeros, normalize, threads
         As :func:`rejection_sample` (one divergence and budget, or one per request).
+    price : float, or one per request, optional
+        Instead of a budget, a price :math:`\lambda \ge 0` (``inf`` allowed; NaN in a per-request
+        array: that request uses its budget): :math:`\pi_v` maximises
+        :math:`\sum_c w_c\,\pi(x_c) - \lambda D_f(\pi\|p_v)` (docs/theory.md §4, "Budgets by price").
+        ``"acceptance"``: the children's mass is :func:`onehot_acceptance` with ``price=`` at
+        :math:`p_v(S_v)`; ``"length"``: the stationarity of the budget's weighted problem with its
+        multiplier fixed (:math:`\theta = 1/\lambda`), and for ``tv`` every class whose weight is at
+        least :math:`\lambda` below the top weight drained to it. Built-in divergences, host memory only.
     objective : {"length", "acceptance"}
     generators : dict request index → numpy or torch generator, optional
         A seeded request draws the two uniforms of each of its nodes from its own generator.
@@ -776,10 +833,10 @@ def tree_sample(tokens, parents, num_nodes, target_probs, *, divergence="kl", bu
     ([[1, 0]], [2])
     """
     out, last, accept, _ = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, generators, uniforms,
-                                 zeros, threads, validate, normalize)
+                                 zeros, threads, validate, normalize, price)
     if return_logprobs:
         N = len(tokens)
-        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective)
+        plan = _TreePlan(parents, num_nodes, N, is_greedy, divergence, budget, objective, price)
         return _tree_notes(plan, tokens, target_probs, out, last, accept), last
     return out, last
 
@@ -841,7 +898,7 @@ def _point_mass_divergence(term, pa: float) -> float:
 
 
 def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", budget=0.0, objective="length", is_greedy=None,
-                  zeros="keep", threads=None, validate=True, normalize=False):
+                  zeros="keep", threads=None, validate=True, normalize=False, price=None):
     r"""The verifier :func:`tree_sample` samples from: for each node :math:`j`, ``accept[j]`` =
     :math:`\pi_{v}(x_j)`, the mass its parent's verifier puts on its token (the probability of moving
     from :math:`v` to :math:`j`; 1 at roots), and ``value[j]`` = :math:`A(j)`, the expected number of
@@ -857,5 +914,5 @@ def tree_verifier(tokens, parents, num_nodes, target_probs, *, divergence="kl", 
     """
     no_walk = np.zeros((len(tokens), 2))  # the verifier reads no uniform: none is drawn (no generator advances)
     _, _, accept, value = _tree(tokens, parents, num_nodes, target_probs, divergence, budget, objective, is_greedy, None, no_walk, zeros,
-                                threads, validate, normalize)
+                                threads, validate, normalize, price)
     return accept, value

@@ -37,6 +37,7 @@ def speculative_step(
     normalize=False,
     method="token",
     return_logprobs=False,
+    price=None,
 ):
     r"""One verification step of mentored speculative decoding for a batch of sequences.
 
@@ -70,6 +71,13 @@ def speculative_step(
         ``f`` of the budget (built-in names, or any :class:`~mentored.Divergence` for numpy input).
     budget : float or array_like broadcastable to (B, k)
         :math:`\varepsilon \ge 0` per position.
+    price : float, array_like (B,), or 2-D broadcastable to (B, k), optional
+        Instead of a budget, what a unit of divergence is worth, :math:`\lambda \ge 0` (``inf``
+        allowed: lossless), for all sequences, one per sequence (NaN: that sequence uses its budget)
+        or one per position (a sequence's all NaN, or none): each
+        position's :math:`\pi` maximises :math:`\sum_i \min(\pi_i, q_i) - \lambda D_f(\pi\|p)`
+        (docs/theory.md §4, "Budgets by price"; :func:`mentored.solve` with ``price=``). A sequence
+        with both a budget other than 0 and a price is refused. Host memory only (numpy, CPU tensors).
     seed : int, optional
         Seeds the uniforms when ``uniforms`` is not given.
     uniforms : array (B, k, 2) in [0, 1), optional
@@ -117,8 +125,9 @@ def speculative_step(
     backend = get_backend(target_with_bonus_probs, draft_probs, draft_token_ids, bonus_token_ids)
     block = block_method(method)
     if not return_logprobs:
+        kw = {} if price is None else {"price": price}  # the device backend takes no price, and says so
         return backend.step(target_with_bonus_probs, bonus_token_ids, draft_probs, draft_token_ids, divergence=divergence, budget=budget,
-                            seed=seed, uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize, block=block)
+                            seed=seed, uniforms=uniforms, threads=threads, zeros=zeros, normalize=normalize, block=block, **kw)
     from ..backends.host import HOST, step_arrays
     from .serving import Emitted
 
@@ -131,7 +140,7 @@ def speculative_step(
     if uniforms is not None:
         uniforms = backend.to_host(uniforms, "uniforms")
     out, *notes = step_arrays(p, bonus, q, draft, divergence=divergence, budget=budget, seed=seed, uniforms=uniforms, threads=threads,
-                              zeros=zeros, normalize=normalize, block=block, notes=True)
+                              zeros=zeros, normalize=normalize, block=block, notes=True, price=price)
     P = np.asarray(p, dtype=np.float64)[:, -1]
     b = np.asarray(bonus).reshape(-1).astype(np.int64)
     lb = np.log(P[np.arange(b.size), b] / P.sum(-1))  # the bonus's law: the target's at position k
