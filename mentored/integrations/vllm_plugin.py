@@ -12,7 +12,9 @@ Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentore
 
 Each request may set its own divergence and budget: ``SamplingParams(extra_args={"mentored_divergence":
 "kl", "mentored_budget": 0.3})``, or ``vllm_xargs`` in a request to the OpenAI server
-(:func:`request_setting`); the variables set the default.
+(:func:`request_setting`); the variables set the default. ``"mentored_price": λ`` verifies a request by
+price instead of a budget (:func:`request_options`). With ``MENTORED_TRACK_SPENT=1`` the v1 runner's
+sampler keeps the divergence each request spent (:func:`spent`).
 
 The budget is a number ≥ 0 or ``inf`` (no bound), as for every entry point; ``true``, NaN and literals
 that overflow a float (``1e400``) are refused, and every error names the variable, or the file and key.
@@ -27,7 +29,8 @@ request, greedy requests kept greedy, top-k/top-p as masks to 0 before the softm
   ``[B, max_spec_len + 1]`` (vLLM v1 up to 0.10: bonus tokens sampled by the caller);
 - ``forward(metadata, draft_probs, logits, sampling_metadata)`` → ``SamplerOutput`` (later vLLM:
   ``logits`` holds the target and bonus rows, and the bonus tokens are drawn by vLLM's own
-  ``Sampler``, held as ``self.sampler``; logprobs, where asked for, are vLLM's: the target's).
+  ``Sampler``, held as ``self.sampler``; logprobs, where asked for, are vLLM's tensors with the sampled
+  token's entry set to log π, the law it was drawn from; the top-k entries and ranks stay the target's).
 
 Only the attributes it reads are needed of vLLM's metadata objects: ``draft_token_ids``,
 ``num_draft_tokens``, ``max_spec_len`` (or computed), and for the later signature
@@ -549,8 +552,12 @@ def _make_class(base):
         def _forward_with_bonus_sampling(self, metadata, draft_probs, logits, sampling_metadata):
             """Later vLLM v1: ``logits`` [T + B, V]; the bonus tokens are drawn by vLLM's Sampler.
 
-            Logprobs, where a request asks for them, are vLLM's: the target's log-probabilities
-            (``logprobs_mode``), computed by vLLM's own helper from the rows verified here."""
+            Logprobs, where a request asks for them, are computed by vLLM's own helper from the rows
+            verified here (``logprobs_mode``); then the sampled token's entry is set to log π of that
+            token, the law it was actually drawn from (``rejection_sample(return_logprobs=True)``).
+            The top-k entries and the sampled token's rank stay the target's, as does the bonus
+            token's entry (drawn by vLLM's sampler from p, which is its π); in the logits modes
+            (``raw_logits``, ``processed_logits``) the entries are logits and stay vLLM's."""
             from dataclasses import replace
 
             from vllm.v1.outputs import SamplerOutput
