@@ -269,3 +269,32 @@ def test_without_tracking_nothing_is_recorded(rng, monkeypatch):
     runner.rejection_sampler(_meta(draft, [3]), q, logits, torch.tensor([[1]]), _sampling([1.0]))
     with pytest.raises(KeyError, match="tracking is off"):
         vp.spent("r0")
+
+
+def _v2_inputs(rng, n, V):
+    """verify_logits inputs (request-state index r + 1), every draft a token of both laws."""
+    B = len(n)
+    cu = np.concatenate([[0], np.cumsum(np.asarray(n) + 1)])
+    L = int(cu[-1])
+    return dict(logits=torch.as_tensor(rng.normal(size=(L, V)), dtype=torch.float32),
+                draft_logits=torch.as_tensor(rng.normal(size=(B + 1, max(n), V)), dtype=torch.float32),
+                draft_sampled=torch.as_tensor(rng.integers(0, V, L)), cu_num_logits=torch.as_tensor(cu), pos=torch.arange(L) + 3,
+                idx_mapping=torch.arange(B) + 1, temperature=torch.ones(B + 1), seeds=torch.as_tensor(rng.integers(0, 2**62, B + 1)),
+                num_speculative_steps=max(n))
+
+
+@pytest.mark.skipif(not vp._HAS_PRICE, reason="this mentored's rejection_sample has no price=")
+def test_the_v2_layout_verifies_a_priced_request_at_its_price(rng):
+    """Price 0 (divergence free) lets π be q itself: every draft accepted; price inf is lossless (budget 0,
+    the same decisions given the same uniforms); a request without a price keeps its budget."""
+    n, V = [4, 4, 4], 10
+    b = _v2_inputs(rng, n, V)
+    cfg = vp.MentoredConfig("kl", 0.0)
+    u = rng.random((sum(n) + 3, 2)) * 0.999 + 1e-4
+    u[:4, 0] = 0.999  # request 0's drafts: accepted at budget 0 only where p_x ≥ 0.999 q_x, at price 0 (π = q) always
+    lossless, num0 = vp.verify_logits(**b, config=cfg, uniforms=u)
+    assert int(num0[0]) < 5  # at budget 0 request 0 rejects a draft: the test below can fail
+    sampled, num = vp.verify_logits(**b, config=cfg, uniforms=u, settings=(["kl"] * 3, np.zeros(3), np.array([0.0, math.inf, math.nan])))
+    assert int(num[0]) == 5  # all four drafts and the bonus row's token
+    assert_array_equal(sampled[0, :4].numpy(), b["draft_sampled"][1:5].numpy())
+    assert_array_equal(sampled[1:].numpy(), lossless[1:].numpy())
