@@ -866,12 +866,12 @@ def test_the_v1_sampler_verifies_each_request_with_its_own_budget(rng):
     assert_array_equal(out.numpy(), ref.numpy())
     # the runner's warm-up calls with dummy requests while its batch is empty: the process default
     ids, runner.input_batch.req_ids = runner.input_batch.req_ids, []
-    assert sampler.request_settings(3) == ("kl", 0.0)
+    assert sampler.request_settings(3) == ("kl", 0.0, None)
     runner.input_batch.req_ids = ids
     # a value that slipped past admission is verified losslessly, never with a guess
     runner.requests["r0"].sampling_params.extra_args = {"mentored_budget": -1}
     sampler.__dict__.pop("_settings")
-    assert sampler.request_settings(3) == (["kl", "kl", "tv"], pytest.approx([0.0, 0.0, 0.2]))
+    assert sampler.request_settings(3)[:2] == (["kl", "kl", "tv"], pytest.approx([0.0, 0.0, 0.2]))
 
 
 def test_the_v2_sampler_records_each_requests_setting_by_slot(monkeypatch):
@@ -889,10 +889,10 @@ def test_the_v2_sampler_records_each_requests_setting_by_slot(monkeypatch):
     sampler.add_request(0, SimpleNamespace(extra_args=None))
     assert calls == [3, 0]  # vLLM's own add_request still runs
     assert rs.request_settings(np.array([0])) is None  # all at the default: one setting for the call
-    divs, budgets = rs.request_settings(np.array([3, 0]))
-    assert divs == ["kl", "kl"]
+    divs, budgets, prices = rs.request_settings(np.array([3, 0]))
+    assert divs == ["kl", "kl"] and prices is None
     assert_array_equal(budgets, [0.5, 0.0])
     sampler.add_request(3, SimpleNamespace(extra_args={"mentored_divergence": "tv"}))  # the slot reused by another request
-    divs, budgets = rs.request_settings(np.array([3]))
-    assert divs == ["tv"]
+    divs, budgets, prices = rs.request_settings(np.array([3]))
+    assert divs == ["tv"] and prices is None
     assert_array_equal(budgets, [0.0])

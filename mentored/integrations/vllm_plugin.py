@@ -12,7 +12,9 @@ Installed through the ``vllm.general_plugins`` entry point ``mentored = "mentore
 
 Each request may set its own divergence and budget: ``SamplingParams(extra_args={"mentored_divergence":
 "kl", "mentored_budget": 0.3})``, or ``vllm_xargs`` in a request to the OpenAI server
-(:func:`request_setting`); the variables set the default.
+(:func:`request_setting`); the variables set the default. ``"mentored_price": λ`` verifies a request by
+price instead of a budget (:func:`request_options`). With ``MENTORED_TRACK_SPENT=1`` the v1 runner's
+sampler keeps the divergence each request spent (:func:`spent`).
 
 The budget is a number ≥ 0 or ``inf`` (no bound), as for every entry point; ``true``, NaN and literals
 that overflow a float (``1e400``) are refused, and every error names the variable, or the file and key.
@@ -27,7 +29,8 @@ request, greedy requests kept greedy, top-k/top-p as masks to 0 before the softm
   ``[B, max_spec_len + 1]`` (vLLM v1 up to 0.10: bonus tokens sampled by the caller);
 - ``forward(metadata, draft_probs, logits, sampling_metadata)`` → ``SamplerOutput`` (later vLLM:
   ``logits`` holds the target and bonus rows, and the bonus tokens are drawn by vLLM's own
-  ``Sampler``, held as ``self.sampler``; logprobs, where asked for, are vLLM's: the target's).
+  ``Sampler``, held as ``self.sampler``; logprobs, where asked for, are vLLM's tensors with the sampled
+  token's entry set to log π, the law it was drawn from; the top-k entries and ranks stay the target's).
 
 Only the attributes it reads are needed of vLLM's metadata objects: ``draft_token_ids``,
 ``num_draft_tokens``, ``max_spec_len`` (or computed), and for the later signature
@@ -37,6 +40,7 @@ Only the attributes it reads are needed of vLLM's metadata objects: ``draft_toke
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -54,7 +58,7 @@ from ..verify.serving import rejection_sample
 
 __all__ = [
     "MentoredConfig", "MentoredRefusal", "MentoredRejectionSampler", "check_engine", "config_from_env", "compute_target_probs", "register",
-    "position_uniforms", "verify_logits",
+    "position_uniforms", "request_options", "request_setting", "spent", "verify_logits",
 ]
 
 # under vLLM's logger, so that what the plugin says appears in the engine's log with vLLM's own lines
@@ -65,26 +69,27 @@ logger = logging.getLogger("vllm.mentored")
 _GREEDY_BELOW = 1e-5
 
 
-def _budget(value) -> float:
-    """A budget ε as written in a variable or a file: a number ≥ 0, or an explicit ``inf`` (no bound, as
-    everywhere in mentored). Booleans, NaN and finite literals too large for a float are refused."""
+def _budget(value, what: str = "budget") -> float:
+    """A budget ε (or, ``what="price"``, a price λ) as written in a variable or a file: a number ≥ 0, or an
+    explicit ``inf`` (no bound, as everywhere in mentored). Booleans, NaN and finite literals too large
+    for a float are refused."""
     shown = repr(value) if isinstance(value, str) else str(value)
     if isinstance(value, bool) or not isinstance(value, (str, Decimal, numbers.Real)):  # true in TOML and JSON is not 1
-        raise TypeError(f"budget must be a number, got {shown}")
+        raise TypeError(f"{what} must be a number, got {shown}")
     if isinstance(value, (str, Decimal)):
         try:
             exact = Decimal(value.strip() if isinstance(value, str) else value)
         except InvalidOperation:
-            raise ValueError(f"budget must be a number, got {shown}") from None
+            raise ValueError(f"{what} must be a number, got {shown}") from None
     else:
         exact = Decimal(int(value)) if isinstance(value, numbers.Integral) else Decimal(float(value))
     if exact.is_nan():
-        raise ValueError(f"budget must be a number, got {shown}")
+        raise ValueError(f"{what} must be a number, got {shown}")
     budget = float(exact)
     if math.isinf(budget) and exact.is_finite():
-        raise ValueError(f"budget {shown} overflows a float to inf (write inf for no bound)")
+        raise ValueError(f"{what} {shown} overflows a float to inf (write inf for no bound)")
     if not budget >= 0:
-        raise ValueError(f"budget must be nonnegative (inf allowed), got {shown}")
+        raise ValueError(f"{what} must be nonnegative (inf allowed), got {shown}")
     return budget
 
 
@@ -198,26 +203,41 @@ def config_from_env(environ=None) -> MentoredConfig | None:
     return _config(values, lambda key: f"MENTORED_{key.upper()}={values[key]!r}")
 
 
-REQUEST_KEYS = ("mentored_divergence", "mentored_budget")
+REQUEST_KEYS = ("mentored_divergence", "mentored_budget", "mentored_price")
+
+# rejection_sample's price= (docs/theory.md §4, "Budgets by price"), where this mentored has it: a
+# request's mentored_price is refused at admission otherwise (it would be verified by budget silently)
+_HAS_PRICE = "price" in inspect.signature(rejection_sample).parameters
 
 
-def request_setting(extra_args, default: MentoredConfig):
-    """(divergence, budget) of one request: ``SamplingParams(extra_args={"mentored_divergence": "kl",
-    "mentored_budget": 0.3})`` (the OpenAI server's ``vllm_xargs``) overrides the process default
+def request_options(extra_args, default: MentoredConfig):
+    """(divergence, budget, price) of one request: ``SamplingParams(extra_args={"mentored_divergence":
+    "kl", "mentored_budget": 0.3})`` (the OpenAI server's ``vllm_xargs``) overrides the process default
     ``default`` (``MENTORED_*``), each key alone or both. ``mentored_budget`` is a number ≥ 0, or
-    ``inf`` (no bound); 0 makes the request lossless. Other keys of ``extra_args`` belong to others and
-    are ignored; a key that starts with ``mentored_`` and is not one of :data:`REQUEST_KEYS` is refused
-    (a misspelt key would otherwise verify at the default without a word). Raises ``ValueError``
-    naming the key and the value; vLLM calls this when it admits the request, so a bad value fails
-    that request alone (:func:`register`)."""
+    ``inf`` (no bound); 0 makes the request lossless.
+
+    ``mentored_price`` λ (≥ 0, ``inf`` allowed, checked as the budget is) verifies the request by price
+    instead of a budget: each position's π maximises ``A − λ D_f(π‖p)`` (docs/theory.md §4;
+    :func:`~mentored.verify.serving.rejection_sample` with ``price=``); its budget is then 0 and the
+    process default budget does not apply. ``price`` is NaN for a request verified by budget. A
+    request giving both ``mentored_budget`` and ``mentored_price`` is refused (they ask for different
+    verifiers), as is a price where this mentored's ``rejection_sample`` has no ``price=``.
+
+    Other keys of ``extra_args`` belong to others and are ignored; a key that starts with
+    ``mentored_`` and is not one of :data:`REQUEST_KEYS` is refused (a misspelt key would otherwise
+    verify at the default without a word). Raises ``ValueError`` naming the key and the value; vLLM
+    calls this when it admits the request, so a bad value fails that request alone (:func:`register`)."""
     if extra_args is None:
-        return default.divergence, default.budget
+        return default.divergence, default.budget, math.nan
     if not isinstance(extra_args, dict):
         raise ValueError(f"extra_args must be a dict, got {type(extra_args).__name__}")
     unknown = sorted(k for k in extra_args if isinstance(k, str) and k.startswith("mentored_") and k not in REQUEST_KEYS)
     if unknown:
         raise ValueError(f"unknown extra_args keys {unknown}: mentored reads {list(REQUEST_KEYS)}")
-    div, budget = default.divergence, default.budget
+    if "mentored_budget" in extra_args and "mentored_price" in extra_args:
+        raise ValueError(f"extra_args has both 'mentored_budget' ({extra_args['mentored_budget']!r}) and 'mentored_price' "
+                         f"({extra_args['mentored_price']!r}): give one (a budget bounds the divergence, a price trades it)")
+    div, budget, price = default.divergence, default.budget, math.nan
     for key in REQUEST_KEYS:
         if key not in extra_args:
             continue
@@ -225,24 +245,50 @@ def request_setting(extra_args, default: MentoredConfig):
         try:
             if key == "mentored_budget":
                 budget = _budget(value)
+            elif key == "mentored_price":
+                price, budget = _budget(value, "price"), 0.0
+                if not _HAS_PRICE:
+                    raise ValueError("this mentored's rejection_sample has no price= (verification by price): "
+                                     "use mentored_budget, or a mentored with price=")
             elif isinstance(value, str):
                 div = _divergence(value)
             else:
                 raise TypeError(f"a divergence name must be a string, got {value!r}")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"extra_args[{key!r}]: {exc}") from None
-    return div, budget
+    return div, budget, price
+
+
+def request_setting(extra_args, default: MentoredConfig):
+    """(divergence, budget) of one request: :func:`request_options` without the price (a request verified
+    by price has budget 0 here). Refuses what :func:`request_options` refuses."""
+    return request_options(extra_args, default)[:2]
 
 
 def _engine_setting(sampling_params, default: MentoredConfig, who: str):
-    """:func:`request_setting` of a request the engine already admitted. A bad value can only be here
+    """:func:`request_options` of a request the engine already admitted. A bad value can only be here
     if admission did not check it (the plugin not loaded in the front end): it is verified
     losslessly, which is never wrong, and the log says so; the engine does not stop."""
     try:
-        return request_setting(getattr(sampling_params, "extra_args", None), default)
+        return request_options(getattr(sampling_params, "extra_args", None), default)
     except ValueError as exc:
         logger.error("mentored: %s is verified losslessly: %s", who, exc)
-        return default.divergence, 0.0
+        return default.divergence, 0.0, math.nan
+
+
+def _on_host(price, *tensors):
+    """The tensors on the host where a request of the call is verified by price (``price`` not None) and
+    they live on a device: mentored solves prices on the host only (rejection_sample's ``price=``), so
+    such a step costs a copy of its rows each way; otherwise as given."""
+    if price is None:
+        return tensors
+    return tuple(t.cpu() if isinstance(t, torch.Tensor) and t.device.type != "cpu" else t for t in tensors)
+
+
+def _prices(prices):
+    """One price per request (NaN: by budget), or None where no request of the call has one."""
+    prices = np.asarray(prices, dtype=np.float64)
+    return None if np.isnan(prices).all() else prices
 
 
 # ---------------------------------------------------------------- target probabilities
@@ -344,16 +390,17 @@ class _Mentored:
     mentored_runner = None  # weakref to the v1 model runner: its requests carry the per-request settings
 
     def request_settings(self, num_reqs: int):
-        """Divergence and budget of each of the batch's ``num_reqs`` requests, in the batch's order
+        """``(divergence, budget, price)`` of the batch's ``num_reqs`` requests, in the batch's order
         (``input_batch.req_ids``, the order of ``num_draft_tokens`` and of the sampling metadata's
-        rows); the process default for all where no runner is known. One value where all agree."""
+        rows); the process default for all where no runner is known. One divergence and one budget
+        where all agree; ``price`` one per request (NaN: by budget), or None where none has one."""
         cfg = self.mentored_config
         runner = self.mentored_runner() if self.mentored_runner is not None else None
         if runner is None:
-            return cfg.divergence, cfg.budget
+            return cfg.divergence, cfg.budget, None
         ids = runner.input_batch.req_ids
         if len(ids) < num_reqs:  # the runner's warm-up: dummy requests, while its batch is empty
-            return cfg.divergence, cfg.budget
+            return cfg.divergence, cfg.budget, None
         ids = ids[:num_reqs]
         cache = self.__dict__.setdefault("_settings", {})
         settings = []
@@ -366,30 +413,111 @@ class _Mentored:
             keep = set(ids)
             for req_id in [r for r in cache if r not in keep]:
                 del cache[req_id]
-        if all(x == settings[0] for x in settings[1:]) and settings:
-            return settings[0]
-        return [d for d, _ in settings], np.array([b for _, b in settings])
+        price = _prices([p for _, _, p in settings]) if settings else None
+        if settings and all(x[:2] == settings[0][:2] for x in settings[1:]):
+            return settings[0][0], settings[0][1], price
+        return [d for d, _, _ in settings], np.array([b for _, b, _ in settings]), price
 
-    def mentored_step(self, metadata, draft_probs, target_logits, bonus_token_ids, sampling_metadata) -> torch.Tensor:
+    def _batch_ids(self, num_reqs: int):
+        """The batch's request ids (None where no runner is known, or during its warm-up)."""
+        runner = self.mentored_runner() if self.mentored_runner is not None else None
+        if runner is None or len(runner.input_batch.req_ids) < num_reqs:
+            return None, runner
+        return list(runner.input_batch.req_ids[:num_reqs]), runner
+
+    def _add_spent(self, num_reqs: int, spent_rows: np.ndarray) -> None:
+        """Add each request's divergence spent this step (NaN-safe sum over the tokens it emitted) to
+        the module's record (:func:`spent`), and close the record of requests the runner has dropped
+        (finished or aborted: vLLM's v1 runner removes them from ``runner.requests``)."""
+        ids, runner = self._batch_ids(num_reqs)
+        if ids is None:
+            return
+        step = np.nansum(spent_rows, axis=1)
+        for req_id, d in zip(ids, step):
+            _SPENT[req_id] = _SPENT.get(req_id, 0.0) + float(d)
+            _FINISHED.pop(req_id, None)  # an id used again starts afresh only after it was dropped
+        live = runner.requests
+        for req_id in [r for r in _SPENT if r not in live]:
+            total = _SPENT.pop(req_id)
+            _FINISHED[req_id] = total
+            logger.debug("mentored: request %s finished, divergence spent %.6g (sum of D_f(pi||p) over its emitted tokens)", req_id, total)
+        while len(_FINISHED) > _FINISHED_KEPT:
+            del _FINISHED[next(iter(_FINISHED))]
+
+    def mentored_step(self, metadata, draft_probs, target_logits, bonus_token_ids, sampling_metadata, want_logprobs: bool = False):
+        """The verified tokens [B, max + 1]; with ``want_logprobs``, the :class:`~mentored.verify.serving.Emitted`
+        ``(tokens, logprobs)`` (log π of each emitted token). With :data:`TRACK_SPENT` the divergence
+        each request spent is added to :func:`spent`."""
         cfg = self.mentored_config
         n = list(metadata.num_draft_tokens)
         probs, is_greedy = compute_target_probs(target_logits, n, sampling_metadata)
         gens = getattr(sampling_metadata, "generators", None) or None
-        divergence, budget = self.request_settings(len(n))
-        return rejection_sample(
-            metadata.draft_token_ids,
-            n,
-            None if draft_probs is None else draft_probs.to(torch.float32),
-            probs,
-            bonus_token_ids,
-            divergence=divergence,
-            budget=budget,
-            is_greedy=is_greedy.numpy(),
-            generators=gens,
-            zeros=cfg.zeros,
-            validate=False,
-            method=self.mentored_method,
+        divergence, budget, price = self.request_settings(len(n))
+        device = probs.device
+        draft_ids, q, probs, bonus = _on_host(price, metadata.draft_token_ids, None if draft_probs is None else draft_probs.to(torch.float32),
+                                              probs, bonus_token_ids)
+        uniforms = None
+        if price is not None and device.type != "cpu" and gens:
+            # the host solves a price, and a seeded request's generator lives on the device: its uniforms are
+            # drawn there (two per position, as rejection_sample draws them) and handed to the host
+            uniforms = torch.cat([torch.rand((k, 2), generator=gens[b], device=gens[b].device, dtype=torch.float64).cpu() if b in gens
+                                  else torch.rand((k, 2), dtype=torch.float64) for b, k in enumerate(n)])
+            gens = None
+        notes = want_logprobs or TRACK_SPENT
+        out = rejection_sample(
+            draft_ids, n, q, probs, bonus,
+            divergence=divergence, budget=budget, is_greedy=is_greedy.numpy(), generators=gens, uniforms=uniforms,
+            zeros=cfg.zeros, validate=False, method=self.mentored_method, return_logprobs=notes,
+            **({} if price is None else {"price": price}),
         )
+        if not notes:
+            return out.to(device) if isinstance(out, torch.Tensor) else out
+        tokens = out.tokens.to(device) if isinstance(out.tokens, torch.Tensor) else out.tokens
+        if TRACK_SPENT:
+            self._add_spent(len(n), out.spent)
+        return type(out)(tokens, out.logprobs, out.target_logprobs, out.spent) if want_logprobs else tokens
+
+
+# Divergence spent per request id, summed over the tokens it emitted (:func:`spent`): the live requests, and the
+# last _FINISHED_KEPT finished ones. In the process that runs the model runner (vLLM's worker); an in-process
+# engine (LLM with VLLM_ENABLE_V1_MULTIPROCESSING=0) shares it with the caller.
+TRACK_SPENT = os.environ.get("MENTORED_TRACK_SPENT", "").strip() == "1"
+_SPENT: dict = {}
+_FINISHED: dict = {}
+_FINISHED_KEPT = 4096
+
+
+def spent(request_id: str) -> float:
+    r"""The divergence request ``request_id`` has spent so far: :math:`\sum_j D_f(\pi_j\|p_j)` over the
+    tokens it emitted (0 for a bonus token, whose law is the target's; NaN-safe: a row without a law
+    adds nothing), each :math:`\pi_j` the verifier its token was drawn from (docs/theory.md §11).
+
+    Kept by vLLM's v1 runner's sampler while :data:`TRACK_SPENT` is on (``MENTORED_TRACK_SPENT=1`` in the
+    engine's environment, or set in-process; it makes every step compute the emitted tokens' law), in
+    the process running the model runner; the last 4096 finished requests are kept (their totals are
+    also logged at debug level when the runner drops them). vLLM's ``RequestOutput`` has no field for
+    it, so it is read here, not in the engine's output. Raises ``KeyError`` for a request not seen."""
+    if request_id in _SPENT:
+        return _SPENT[request_id]
+    if request_id in _FINISHED:
+        return _FINISHED[request_id]
+    raise KeyError(f"no divergence recorded for request {request_id!r}" + ("" if TRACK_SPENT else
+                   " (tracking is off: set MENTORED_TRACK_SPENT=1 or vllm_plugin.TRACK_SPENT = True)"))
+
+
+def _sampled_logprobs_of_pi(tensors, log_pi: np.ndarray):
+    """vLLM's logprobs tensors with the sampled token's entry (column 0 of row ``b·W + j``, the token at
+    column j of request b, as vLLM's ``_get_logprobs_tensors`` lays them out) set to log π of that token:
+    the law it was drawn from. Entries where mentored has no value (NaN: nothing emitted there, or the
+    bonus token, whose law is the target's and which vLLM's sampler drew) keep vLLM's."""
+    lp = tensors.logprobs
+    pi = torch.as_tensor(log_pi.reshape(-1), dtype=lp.dtype, device=lp.device)
+    if pi.shape[0] != lp.shape[0]:  # a layout this plugin does not know: vLLM's values, and the log says so
+        logger.warning("mentored: logprobs rows (%d) do not match the emitted tokens (%d): the target's logprobs are returned", lp.shape[0], pi.shape[0])
+        return tensors
+    lp = lp.clone()
+    lp[:, 0] = torch.where(torch.isnan(pi), lp[:, 0], pi)
+    return tensors._replace(logprobs=lp)  # vLLM's LogprobsTensors is a NamedTuple
 
 
 def _make_class(base):
@@ -424,8 +552,12 @@ def _make_class(base):
         def _forward_with_bonus_sampling(self, metadata, draft_probs, logits, sampling_metadata):
             """Later vLLM v1: ``logits`` [T + B, V]; the bonus tokens are drawn by vLLM's Sampler.
 
-            Logprobs, where a request asks for them, are vLLM's: the target's log-probabilities
-            (``logprobs_mode``), computed by vLLM's own helper from the rows verified here."""
+            Logprobs, where a request asks for them, are computed by vLLM's own helper from the rows
+            verified here (``logprobs_mode``); then the sampled token's entry is set to log π of that
+            token, the law it was actually drawn from (``rejection_sample(return_logprobs=True)``).
+            The top-k entries and the sampled token's rank stay the target's, as does the bonus
+            token's entry (drawn by vLLM's sampler from p, which is its π); in the logits modes
+            (``raw_logits``, ``processed_logits``) the entries are logits and stay vLLM's."""
             from dataclasses import replace
 
             from vllm.v1.outputs import SamplerOutput
@@ -441,15 +573,18 @@ def _make_class(base):
             target_logits = raw_target_logits.clone() if want_logprobs else raw_target_logits
             if hasattr(self, "apply_logits_processors"):
                 target_logits = self.apply_logits_processors(target_logits, sampling_metadata, metadata)
-            out = self.mentored_step(metadata, draft_probs, target_logits, bonus_out.sampled_token_ids, sampling_metadata)
+            out = self.mentored_step(metadata, draft_probs, target_logits, bonus_out.sampled_token_ids, sampling_metadata, want_logprobs=want_logprobs)
             logprobs = None
             if want_logprobs:
                 if not hasattr(self, "_get_logprobs_tensors"):
                     raise NotImplementedError("this vLLM's rejection sampler has no logprobs helper: unset logprobs, or unset MENTORED_*")
+                emitted, out = out, out.tokens
                 # processed mode: log p of the verified rows (temperature, masks) is a logits row of p
                 rows = torch.log(compute_target_probs(target_logits, list(metadata.num_draft_tokens), sampling_metadata)[0]) if processed_mode else raw_target_logits
                 logprobs = self._get_logprobs_tensors(sampling_metadata.max_num_logprobs, metadata, logits, rows,
                                                       bonus_out.logprobs_tensors.logprobs, out)
+                if not getattr(self, "is_logits_logprobs_mode", False):
+                    logprobs = _sampled_logprobs_of_pi(logprobs, emitted.logprobs)
             return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
     return MentoredRejectionSampler
@@ -633,8 +768,10 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
     Sun et al.; :func:`~mentored.verify.serving.rejection_sample`). The bonus row is the block's end:
     a placeholder, so with all drafts accepted the token drawn there is the bonus token.
 
-    ``settings`` ``(divergences, budgets)``, one of each per request (``extra_args``,
-    :func:`request_setting`), replace ``config``'s divergence and budget.
+    ``settings`` ``(divergences, budgets)`` or ``(divergences, budgets, prices)``, one of each per request
+    (``extra_args``, :func:`request_options`; a price NaN where the request is verified by budget, or
+    ``prices`` None), replace ``config``'s divergence and budget. A step with a price is verified on
+    the host (mentored solves prices there): its rows are copied there and back.
 
     ``uniforms`` [num_logits, 2] replace them (tests): ``u0`` decides a draft, ``u1`` draws the
     token at the first rejection, or at the bonus row. At ``budget=0`` the decisions are those of
@@ -709,9 +846,12 @@ def verify_logits(logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_m
         u = position_uniforms(seeds.to(device)[states][req], pos.to(device), local)
     else:
         u = torch.as_tensor(uniforms, dtype=torch.float64, device=device).reshape(L, 2)
-    divergence, budget = (config.divergence, config.budget) if settings is None else settings
-    out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=device), divergence=divergence,
-                           budget=budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True, method=method)
+    divergence, budget = (config.divergence, config.budget) if settings is None else settings[:2]
+    price = settings[2] if settings is not None and len(settings) > 2 else None
+    draft_ids, q, target, u = _on_host(price, draft_ids, q, target, u)
+    out = rejection_sample(draft_ids, n.tolist(), q, target, torch.zeros((B, 1), dtype=torch.int64, device=target.device), divergence=divergence,
+                           budget=budget, is_greedy=greedy, uniforms=u, zeros=config.zeros, validate=validate, logits=True, method=method,
+                           **({} if price is None else {"price": price}))
     out = torch.as_tensor(out, device=device).to(torch.int64)[:, : num_speculative_steps + 1]
     sampled = torch.full((B, num_speculative_steps + 1), -1, dtype=torch.int64, device=device)
     sampled[:, : out.shape[1]] = out
@@ -742,13 +882,13 @@ def _make_v2_class(base):
                         ", and each request's extra_args" if add_request is not None else "")
 
         def request_settings(self, idx_mapping_np):
-            """(divergences, budgets) of the batch's requests, by their state slots; None where all
-            are the process default."""
-            default = (self.mentored_config.divergence, self.mentored_config.budget)
+            """(divergences, budgets, prices) of the batch's requests, by their state slots (prices NaN
+            where by budget, None where no request has one); None where all are the process default."""
+            default = (self.mentored_config.divergence, self.mentored_config.budget, math.nan)
             found = [self._slots.get(int(slot), default) for slot in np.asarray(idx_mapping_np)]
-            if all(f == default for f in found):
+            if all(f[:2] == default[:2] and math.isnan(f[2]) for f in found):
                 return None
-            return [d for d, _ in found], np.array([b for _, b in found])
+            return [d for d, _, _ in found], np.array([b for _, b, _ in found]), _prices([p for _, _, p in found])
 
         def _verify_in_chunks(self, logits, input_batch, *args, **kwargs):
             # vLLM's chunking hands _verify the device copy of each chunk's layout only: keep the
