@@ -206,7 +206,7 @@ def test_the_binary_example(budget):
     token by token 10/9, and the stream is p ⊗ p; at kl 0.05 it is π ⊗ π and block accepts at least
     as much as token by token (both against the closed forms)."""
     rng = np.random.default_rng(4)
-    k, N, V = 2, 20000, 2
+    k, N, V = 2, 12000, 2
     p, q = _binary_p, _binary_q
     pi = solve(BINARY_P, BINARY_Q, divergence="kl", budget=budget).pi
     a = np.minimum(pi, BINARY_Q)
