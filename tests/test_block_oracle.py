@@ -5,7 +5,6 @@ algorithm itself (Sun et al., ICLR 2025, arXiv:2403.10444), not against an enume
 formula; the convex program's optimum against the chains it must beat.
 """
 
-import inspect
 
 import numpy as np
 import pytest
@@ -116,13 +115,6 @@ def test_closed_form_matches_the_algorithm(case):
     assert block_length(Q, PI) >= token_length(Q, PI) - 1e-12
 
 
-def _has_block_method():
-    from mentored.verify.serving import rejection_sample
-
-    return "method" in inspect.signature(rejection_sample).parameters
-
-
-@pytest.mark.skipif(not _has_block_method(), reason="rejection_sample has no method= argument in this version")
 def test_closed_form_matches_the_serving_block_verifier():
     """rejection_sample(method="block") on drafts sampled from the drafter tree, with each position's
     target and drafter rows: its mean accepted length is block_length of the composed chain."""

@@ -66,10 +66,6 @@ def test_a_price_is_read_and_checked_as_a_budget_is():
                         ({"mentored_prize": 1.0}, r"unknown extra_args keys \['mentored_prize'\]")):
         with pytest.raises(ValueError, match=said):
             vp.request_options(extra, default)
-    if not vp._HAS_PRICE:  # a price this mentored cannot verify is refused at admission, never verified by budget
-        with pytest.raises(ValueError, match=r"extra_args\['mentored_price'\]: this mentored's rejection_sample has no price="):
-            vp.request_options({"mentored_price": 1.0}, default)
-        return
     # a price replaces the budget (the process default's included): budget 0, the price beside it
     assert vp.request_options({"mentored_price": "2.5", "mentored_divergence": "tv"}, default) == ("tv", 0.0, 2.5)
     assert vp.request_options({"mentored_price": "inf"}, default) == ("kl", 0.0, math.inf)
@@ -79,7 +75,6 @@ def test_a_price_is_read_and_checked_as_a_budget_is():
 def test_the_v1_sampler_hands_each_request_its_price(rng, monkeypatch):
     """The plumbing, whatever rejection_sample supports: budget 0 and the price for a priced request,
     NaN (its budget) for the others; no price= at all where no request of the step has one."""
-    monkeypatch.setattr(vp, "_HAS_PRICE", True)
     calls = []
 
     def recording(*args, **kwargs):
@@ -100,8 +95,7 @@ def test_the_v1_sampler_hands_each_request_its_price(rng, monkeypatch):
     assert "price" not in calls[-1]
 
 
-def test_the_v2_sampler_hands_each_slot_its_price(rng, monkeypatch):
-    monkeypatch.setattr(vp, "_HAS_PRICE", True)
+def test_the_v2_sampler_hands_each_slot_its_price(rng):
 
     class Base:
         def __init__(self, sampler, spec_config, device, *, watermark_key=None):
@@ -118,7 +112,6 @@ def test_the_v2_sampler_hands_each_slot_its_price(rng, monkeypatch):
     assert rs.request_settings(np.array([1]))[2] is None
 
 
-@pytest.mark.skipif(not vp._HAS_PRICE, reason="this mentored's rejection_sample has no price= (admission refuses mentored_price)")
 def test_a_priced_request_is_verified_as_rejection_sample_verifies_it(rng):
     n, V = [4, 3, 2], 20
     logits, q, draft = _batch(rng, n, V)
@@ -283,7 +276,6 @@ def _v2_inputs(rng, n, V):
                 num_speculative_steps=max(n))
 
 
-@pytest.mark.skipif(not vp._HAS_PRICE, reason="this mentored's rejection_sample has no price=")
 def test_the_v2_layout_verifies_a_priced_request_at_its_price(rng):
     """Price 0 (divergence free) lets π be q itself: every draft accepted; price inf is lossless (budget 0,
     the same decisions given the same uniforms); a request without a price keeps its budget."""

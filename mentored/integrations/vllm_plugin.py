@@ -40,7 +40,6 @@ Only the attributes it reads are needed of vLLM's metadata objects: ``draft_toke
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
@@ -205,10 +204,6 @@ def config_from_env(environ=None) -> MentoredConfig | None:
 
 REQUEST_KEYS = ("mentored_divergence", "mentored_budget", "mentored_price")
 
-# rejection_sample's price= (docs/theory.md §4, "Budgets by price"), where this mentored has it: a
-# request's mentored_price is refused at admission otherwise (it would be verified by budget silently)
-_HAS_PRICE = "price" in inspect.signature(rejection_sample).parameters
-
 
 def request_options(extra_args, default: MentoredConfig):
     """(divergence, budget, price) of one request: ``SamplingParams(extra_args={"mentored_divergence":
@@ -221,7 +216,7 @@ def request_options(extra_args, default: MentoredConfig):
     :func:`~mentored.verify.serving.rejection_sample` with ``price=``); its budget is then 0 and the
     process default budget does not apply. ``price`` is NaN for a request verified by budget. A
     request giving both ``mentored_budget`` and ``mentored_price`` is refused (they ask for different
-    verifiers), as is a price where this mentored's ``rejection_sample`` has no ``price=``.
+    verifiers).
 
     Other keys of ``extra_args`` belong to others and are ignored; a key that starts with
     ``mentored_`` and is not one of :data:`REQUEST_KEYS` is refused (a misspelt key would otherwise
@@ -247,9 +242,6 @@ def request_options(extra_args, default: MentoredConfig):
                 budget = _budget(value)
             elif key == "mentored_price":
                 price, budget = _budget(value, "price"), 0.0
-                if not _HAS_PRICE:
-                    raise ValueError("this mentored's rejection_sample has no price= (verification by price): "
-                                     "use mentored_budget, or a mentored with price=")
             elif isinstance(value, str):
                 div = _divergence(value)
             else:
