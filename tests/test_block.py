@@ -206,7 +206,7 @@ def test_the_binary_example(budget):
     token by token 10/9, and the stream is p ⊗ p; at kl 0.05 it is π ⊗ π and block accepts at least
     as much as token by token (both against the closed forms)."""
     rng = np.random.default_rng(4)
-    k, N, V = 2, 12000, 2
+    k, N, V = 2, 8000, 2
     p, q = _binary_p, _binary_q
     pi = solve(BINARY_P, BINARY_Q, divergence="kl", budget=budget).pi
     a = np.minimum(pi, BINARY_Q)
@@ -241,7 +241,7 @@ def test_the_law_of_a_chain_whose_rows_depend_on_the_prefix():
                 d[i, j] = rng.choice(V, p=q(tuple(d[i, :j])))
         return d
 
-    N = 12000
+    N = 8000
     out = rounds(p, q, draft_of, k, N, rng, "block", budget=budget)
     acc = (out >= 0).sum(1) - 1
     pis = {pre: _pi_after(p, q, pre, "kl", budget) for pre in table_q}
@@ -307,10 +307,10 @@ def test_hf_generate_block_accepts_at_least_as_much():
         return GPT2LMHeadModel(cfg).eval()
 
     target, draft = build(1, 0), build(1, 1)
-    prompts = torch.tensor([[3, 4, 5]] * 8)
+    prompts = torch.tensor([[3, 4, 5]] * 6)
     mean = {}
     for method in ("token", "block"):
-        _, st = generate(target, draft, prompts, k=3, max_new_tokens=32, budget=0.0, seed=7, method=method)
+        _, st = generate(target, draft, prompts, k=3, max_new_tokens=24, budget=0.0, seed=7, method=method)
         mean[method] = st.accepted / st.steps
     assert mean["block"] >= mean["token"] - 0.05, mean
     with pytest.raises(ValueError, match="method must be one of"):
