@@ -109,7 +109,7 @@ def _complete(base, xargs=None, seed=0):
 def test_the_plugin_runs_in_the_servers_engine(server):
     _, log = server
     text = log.read_text()
-    said = "mentored: vLLM's v1 rejection sampler verifies with MentoredConfig(divergence='kl', budget=inf, zeros='keep'), and each request's extra_args"
+    said = "mentored: vLLM's v1 rejection sampler verifies with MentoredConfig(divergence='kl', budget=inf, zeros='keep') (method='token'), and each request's extra_args"
     assert said in text
     # register() ran in the engine core and in the worker, each a process of its own
     assert len(set(re.findall(r"\(([\w-]+) pid=(\d+)\) INFO [^\n]*mentored: rejection samplers", text))) >= 2
