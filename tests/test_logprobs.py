@@ -182,21 +182,11 @@ def test_speculative_step_fills_the_bonus_from_the_target():
 def test_hf_generate_reports_the_law_of_each_returned_token():
     """Recomputed along the returned sequence by the models themselves: log p of every token is the
     warped target's, and log π is either the verifier's of (p, q) there or, for a bonus token, log p."""
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     from mentored.integrations.hf import generate, sampling_probs
 
-    def build(layers, seed):
-        torch.manual_seed(seed)
-        cfg = GPT2Config(vocab_size=10, n_positions=64, n_embd=16, n_layer=layers, n_head=2, bos_token_id=0, eos_token_id=1,
-                         initializer_range=0.5)
-        return GPT2LMHeadModel(cfg).eval()
-
-    target, drafter = build(1, 0), build(1, 1)
+    target, drafter = _tiny_pair()
     prompt = torch.tensor([[3, 4, 5]])
     budget = 0.3
     ids, st = generate(target, drafter, prompt, k=3, max_new_tokens=12, budget=budget, seed=3, top_k=6)
