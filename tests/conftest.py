@@ -102,7 +102,8 @@ def host_reads():
 def custom_divergence():
     """``Divergence.from_sympy`` for the tests' custom generators. Sympy solves f'(t) = y for each of
     them but Jeffreys' (t − 1) log t (a Lambert W), whose conjugate is then found by bisection, and a
-    NumericCheckWarning says so: expected there, an error anywhere else."""
+    NumericCheckWarning says so: expected there, an error anywhere else. The analysis may take 60 s
+    (the triangular one takes ~1 s quietly): the tests using it check answers, not the time limit."""
     import sympy as sp
 
     import mentored
@@ -110,7 +111,7 @@ def custom_divergence():
     def build(f, t, name=None):
         if f == (t - 1) * sp.log(t):
             with pytest.warns(mentored.NumericCheckWarning, match=r"f\* and \(f'\)\^-1 are computed by bisection"):
-                return mentored.Divergence.from_sympy(f, t, name=name)
-        return mentored.Divergence.from_sympy(f, t, name=name)
+                return mentored.Divergence.from_sympy(f, t, name=name, timeout=60.0)
+        return mentored.Divergence.from_sympy(f, t, name=name, timeout=60.0)
 
     return build

@@ -109,7 +109,7 @@ def test_the_solvers_output_is_certified_exactly(tmp_path, div, capsys):
     # some of them, and certified through the feasible point within rounding of it.
     rng = np.random.default_rng(7)
     kinds = ("dense", "peaked", "top_k_target", "truncated_draft", "extreme", "ties")
-    p, q = (np.stack(rows) for rows in zip(*(instance(kind, rng, n=40) for kind in kinds for _ in range(2))))
+    p, q = (np.stack(rows) for rows in zip(*(instance(kind, rng, n=40) for kind in kinds)))
     files = [str(tmp_path / name) for name in ("p.npy", "q.npy", "pi.npy", "far.npy")]
     np.save(files[0], p)
     np.save(files[1], q)

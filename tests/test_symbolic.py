@@ -226,6 +226,7 @@ def test_core_stub_lists_what_the_module_has():
 # ---------------------------------------------------------------- generators whose printed form overflows
 
 LOGCOSH = sp.log(sp.cosh(T - 1))  # convex, f∞ = 1; numpy's cosh(t − 1) overflows past t ≈ 711
+SLOW = 60.0  # s: sympy takes ~2 s on log cosh quietly; these tests check answers, not the time limit
 TINY = (T - 1) ** 2 / 10**200  # (t − 1)² overflows past t ≈ 1.3e154, where f itself is ≤ 1e108
 P3, Q3 = np.array([0.49995, 0.49995, 1e-4]), np.array([0.5, 0.0, 0.5])
 
@@ -268,19 +269,19 @@ def test_exact_optimum_of_an_overflowing_generator():
 def test_f_is_evaluated_where_its_printed_form_overflows(monkeypatch):
     from mentored.divergences import program as _program
 
-    d, tiny = mentored.Divergence.from_sympy(LOGCOSH, T), mentored.Divergence.from_sympy(TINY, T)
+    d, tiny = mentored.Divergence.from_sympy(LOGCOSH, T, timeout=SLOW), mentored.Divergence.from_sympy(TINY, T)
     x = np.array([720.0, 1e3, 1e10, 1e100, 1e300])
     want = x - 1.0 - np.log(2.0)  # log cosh u = u − log 2 + log1p(e^(−2u)), the last term below an ulp here
     assert_allclose(d.f(x), want, rtol=1e-15)
     assert_allclose(d.f_tilde(x), want, rtol=1e-15)
     with monkeypatch.context() as m:  # f̃ without a program (code that does not translate): 30-digit arithmetic
         m.setattr(_program, "compile_info", lambda info: None)
-        assert_allclose(mentored.Divergence.from_sympy(LOGCOSH, T).f_tilde(x), want, rtol=1e-15)
+        assert_allclose(mentored.Divergence.from_sympy(LOGCOSH, T, timeout=SLOW).f_tilde(x), want, rtol=1e-15)
     assert_allclose(d.fprime(x), 1.0, rtol=0)
     assert_allclose(tiny.f_tilde(np.array([5e169, 1e250])), [2.5e139, 1e300], rtol=1e-15)
     assert np.isinf(tiny.f_tilde(np.array([1e300]))[0])  # 1e400: past DBL_MAX itself
     # a printed f' that overflows (e^u/(1 + e^u) is ∞/∞ past u ≈ 709)
-    softplus = mentored.Divergence.from_sympy(sp.log(1 + sp.exp(T - 1)) - sp.log(2) - (T - 1) / 2, T)
+    softplus = mentored.Divergence.from_sympy(sp.log(1 + sp.exp(T - 1)) - sp.log(2) - (T - 1) / 2, T, timeout=SLOW)
     assert_allclose(softplus.fprime(np.array([800.0, 1e5])), 0.5, rtol=1e-15)
     assert_allclose(softplus.f_tilde(np.array([800.0])), [799 / 2 - np.log(2)], rtol=1e-15)
 
@@ -292,7 +293,7 @@ def test_an_overflowing_generator_reaches_the_optimum_on_every_path(compiled, mo
 
     if not compiled:
         monkeypatch.setattr(_program, "_ENABLED", False)
-    d = mentored.Divergence.from_sympy(LOGCOSH, T, name="logcosh")
+    d = mentored.Divergence.from_sympy(LOGCOSH, T, name="logcosh", timeout=SLOW)
     assert (d.program is not None) == compiled
     best = {0.5: 0.872586518017585, 0.1: 0.5917976676753381}  # test_exact_optimum_of_an_overflowing_generator
     for eps, a in best.items():
@@ -384,7 +385,7 @@ def test_the_length_objective_takes_a_generator_whose_curvature_underflows():
     # log cosh(t − 1): f'' = sech²(t − 1) is 0 in floating point past t ≈ 370, but f' = tanh(t − 1) is strictly increasing.
     from mentored.verify.serving import tree_verifier
 
-    d = mentored.Divergence.from_sympy(LOGCOSH, T)
+    d = mentored.Divergence.from_sympy(LOGCOSH, T, timeout=SLOW)
     p = _tree_rows()
     accept, value = tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], p, divergence=d, budget=0.3, objective="length")
     setwise, _ = tree_verifier(TREE_TOKENS, TREE_PARENTS, [7], p, divergence=d, budget=0.3, objective="acceptance")
@@ -488,7 +489,7 @@ def test_the_oracle_states_log_cosh_and_poses_a_tiny_generator_in_its_unit():
     # relative to that unit. The optima: test_exact_optimum_of_an_overflowing_generator, and chi2's at ε·10²⁰⁰.
     from mentored.check.oracle import convex_form_error, oracle_solve, oracle_weighted
 
-    logcosh, tiny = mentored.Divergence.from_sympy(LOGCOSH, T), mentored.Divergence.from_sympy(TINY, T)
+    logcosh, tiny = mentored.Divergence.from_sympy(LOGCOSH, T, timeout=SLOW), mentored.Divergence.from_sympy(TINY, T)
     assert convex_form_error(logcosh) is None
     o = oracle_solve(P3, Q3, logcosh, 0.1)
     assert o.usable(0.1) and o.acceptance == pytest.approx(0.5917976676753381, abs=1e-7)

@@ -165,19 +165,19 @@ def test_greedy_invariant_on_a_padded_batch(pairs, family, monkeypatch):
     want = [greedy(target, p, n) for p in PROMPTS]
     lasts = _record_walks(monkeypatch)
     cases = [("kl", 0.0, "length"), ("kl", 0.5, "acceptance"), ("tv", 1.0, "length"), ("hellinger", 2.0, "acceptance")]
-    for drafter in (unrelated, noisy, target):
-        for width, depth in [(1, 3), (2, 3), (3, 2), (4, 1)]:
-            for divergence, budget, objective in cases:
-                seq, stats = generate_tree(target, drafter, ids, mask, width=width, depth=depth, divergence=divergence, budget=budget,
-                                           objective=objective, max_new_tokens=n, top_k=1, seed=0)
-                assert torch.equal(seq[:, : ids.shape[1]], ids)
-                for b in range(len(PROMPTS)):
-                    assert seq[b, ids.shape[1] :].tolist() == want[b], f"row {b}: width {width}, depth {depth}, {divergence} {budget}"
-                if drafter is target:
-                    # the drafter's first child is the target's argmax at every node when its own tree
-                    # passes are right: every round accepts the whole depth
-                    assert all(r.per_position.tolist() == [1.0] * depth for r in stats.rows)
-                    assert all(r.steps == -(-n // (depth + 1)) for r in stats.rows)
+    for d, drafter in enumerate((unrelated, noisy, target)):
+        for s, (width, depth) in enumerate([(1, 3), (2, 3), (3, 2), (4, 1)]):
+            divergence, budget, objective = cases[(s + d) % len(cases)]  # each shape with a case, paired anew per drafter
+            seq, stats = generate_tree(target, drafter, ids, mask, width=width, depth=depth, divergence=divergence, budget=budget,
+                                       objective=objective, max_new_tokens=n, top_k=1, seed=0)
+            assert torch.equal(seq[:, : ids.shape[1]], ids)
+            for b in range(len(PROMPTS)):
+                assert seq[b, ids.shape[1] :].tolist() == want[b], f"row {b}: width {width}, depth {depth}, {divergence} {budget}"
+            if drafter is target:
+                # the drafter's first child is the target's argmax at every node when its own tree
+                # passes are right: every round accepts the whole depth
+                assert all(r.per_position.tolist() == [1.0] * depth for r in stats.rows)
+                assert all(r.steps == -(-n // (depth + 1)) for r in stats.rows)
             if drafter is noisy and width > 1:
                 assert _second_children(lasts, width) > 0  # the target's argmax was a later sibling somewhere
             lasts.clear()

@@ -468,7 +468,7 @@ def test_v2_layout_emits_pi_and_accepts_greedy_drafts_at_m_star(rng):
     import mentored
     from mentored.verify.serving import onehot_acceptance
 
-    V, N = 6, 3000
+    V, N = 6, 1500
     cfg = vp.MentoredConfig("kl", 0.2)
     base = _v2_batch(rng, [1], V, seeds=[0, 0, 0])
     base["logits"][0, 5] = -torch.inf  # top-k removed token 5 at the first position
