@@ -171,7 +171,7 @@ class _Dual:
         # Brent's parabolic steps need finite values; ∞ only means "too small"
         with np.errstate(all="ignore"):
             res = minimize_scalar(lambda m: min(self(lam, m), 1e30), bounds=(0.0, 1.0), method="bounded", options={"xatol": 1e-13})
-        return res.x, self(lam, res.x)
+            return res.x, self(lam, res.x)
 
     def best(self):
         """(λ, μ̃, g) minimising g over λ (log scale, 1e-14 to 1e12 over f's unit) with μ̃ ∈ [0, 1]
@@ -351,6 +351,7 @@ def _dual_point(dual, acceptance, tol, lam_f, mu_f):
     if np.isfinite(lam_f) and np.isfinite(mu_f):
         mu_t = mu_f + lam_f * dual.c if lam_f > 0 else mu_f
         cands.append((lam_f, mu_t, dual(lam_f, mu_t)))
+
     def closed():
         return min(c[2] for c in cands) - acceptance <= 0.01 * tol
 
