@@ -45,6 +45,15 @@ def smollm_folder() -> Path:
     return found
 
 
+def drafter_folder() -> str:
+    """The shipped drafter exported as a plain LlamaForCausalLM folder for vLLM's draft-model proposer, or skip."""
+    folder = os.environ.get("MENTORED_DRAFTER_DIR")
+    if not folder:
+        pytest.skip("the drafter exported for vLLM is not given: tests/run.sh sets MENTORED_DRAFTER_DIR "
+                    "(mentored.integrations.vllm_export.export_drafter)")
+    return folder
+
+
 def need_vllm():
     """vLLM's module, or skip: the engine tests run in the environment tests/run.sh makes for them."""
     return pytest.importorskip("vllm", reason="vLLM is not installed in this environment; tests/run.sh runs these tests in a "

@@ -12,19 +12,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import PROMPTS, Capture, need_vllm, start_engine, target_law
+from conftest import PROMPTS, Capture, drafter_folder, need_vllm, start_engine, target_law
 
 need_vllm()
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning", "ignore::FutureWarning",
                                         "ignore::UserWarning", "ignore::ResourceWarning")
-
-
-def drafter_folder():
-    folder = os.environ.get("MENTORED_DRAFTER_DIR")
-    if not folder:
-        pytest.skip("the drafter exported for vLLM is not given: tests/run.sh sets MENTORED_DRAFTER_DIR "
-                    "(mentored.integrations.vllm_export.export_drafter)")
-    return folder
 
 
 @pytest.fixture(scope="module")
