@@ -332,12 +332,18 @@ def _fake_vllm(monkeypatch, runner_first: bool):
     return V1, V2, runner, mods
 
 
+def _registered(monkeypatch, runner_first: bool, divergence: str = "kl"):
+    """``_fake_vllm``'s modules with the plugin configured (``divergence``, budget 0.1) and registered."""
+    monkeypatch.setenv("MENTORED_DIVERGENCE", divergence)
+    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
+    fake = _fake_vllm(monkeypatch, runner_first)
+    vp.register()
+    return fake
+
+
 @pytest.mark.parametrize("runner_first", [True, False])
 def test_register_swaps_both_runners_samplers(monkeypatch, runner_first):
-    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
-    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
-    V1, V2, runner, mods = _fake_vllm(monkeypatch, runner_first)
-    vp.register()
+    V1, V2, runner, mods = _registered(monkeypatch, runner_first)
     vp.register()  # idempotent
     v1 = mods["vllm.v1.sample.rejection_sampler"].RejectionSampler
     v2 = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler
@@ -352,10 +358,7 @@ def test_register_swaps_both_runners_samplers(monkeypatch, runner_first):
 
 @pytest.mark.parametrize("method", ["synthetic", "fly"])  # "block" is honoured: tests/test_vllm_plugin_block.py
 def test_another_rejection_method_refuses_to_start(monkeypatch, method):
-    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
-    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
-    _, _, _, mods = _fake_vllm(monkeypatch, True)
-    vp.register()
+    _, _, _, mods = _registered(monkeypatch, True)
     spec = SimpleNamespace(num_speculative_tokens=2, rejection_sample_method=method, enable_adaptive_verification=False)
     for module, args in (("vllm.v1.worker.gpu.spec_decode.rejection_sampler", (object(), spec, torch.device("cpu"))),
                          ("vllm.v1.sample.rejection_sampler", (object(), spec, None))):
@@ -780,10 +783,7 @@ def test_v2_a_wider_draft_vocabulary_with_zeros_continue_refuses_to_start(monkey
     """Where vLLM's configuration tells both vocabulary sizes, the engine refuses at startup what
     verify_logits would refuse at its first step: probabilistic drafts wider than the target with
     zeros='continue'. zeros='keep', equal widths and token-only drafts start."""
-    monkeypatch.setenv("MENTORED_DIVERGENCE", "tv")
-    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
-    _, _, _, mods = _fake_vllm(monkeypatch, False)
-    vp.register()
+    _, _, _, mods = _registered(monkeypatch, False, "tv")
     cls = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler
 
     def spec(target, draft, method="probabilistic"):

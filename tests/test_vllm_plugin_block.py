@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the plugin needs torch")
 
 from mentored.integrations import vllm_plugin as vp  # noqa: E402
 from mentored.verify.serving import rejection_sample  # noqa: E402
-from test_vllm_plugin import _fake_vllm, _meta, _sampling, _v2_batch, _vllm_v2_rule  # noqa: E402
+from test_vllm_plugin import _meta, _registered, _sampling, _v2_batch, _vllm_v2_rule  # noqa: E402
 
 
 def _spec(method, **kw):
@@ -25,10 +25,7 @@ def _spec(method, **kw):
 
 @pytest.mark.parametrize("runner_first", [True, False])
 def test_block_is_honoured_by_both_runners_samplers(monkeypatch, runner_first):
-    monkeypatch.setenv("MENTORED_DIVERGENCE", "kl")
-    monkeypatch.setenv("MENTORED_BUDGET", "0.1")
-    _, _, _, mods = _fake_vllm(monkeypatch, runner_first)
-    vp.register()
+    _, _, _, mods = _registered(monkeypatch, runner_first)
     v1 = mods["vllm.v1.sample.rejection_sampler"].RejectionSampler
     v2 = mods["vllm.v1.worker.gpu.spec_decode.rejection_sampler"].RejectionSampler
     for vllm_name, ours in (("standard", "token"), ("block", "block")):
